@@ -1,0 +1,13 @@
+// The nibble core API in one include.
+#pragma once
+
+#include "nibble/canonical.h"
+#include "nibble/dtype.h"
+#include "nibble/error.h"
+#include "nibble/plugin_abi.h"
+#include "nibble/policy.h"
+#include "nibble/reference.h"
+#include "nibble/registry.h"
+#include "nibble/spec.h"
+#include "nibble/tensor.h"
+#include "nibble/version.h"

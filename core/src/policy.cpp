@@ -1,0 +1,157 @@
+// Policy: parsing the TOML file and resolving the rules that apply to one layer.
+#include "nibble/policy.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "nibble/error.h"
+
+namespace nibble {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& origin, const std::string& what) {
+  throw Error(Errc::format, fmt::format("policy {}: {}", origin, what));
+}
+
+std::vector<std::string> string_list(const toml::node& node, const std::string& origin, const std::string& key) {
+  std::vector<std::string> out;
+  const toml::array* arr = node.as_array();
+  if (!arr) {
+    if (auto s = node.value<std::string>()) return {*s};
+    bad(origin, fmt::format("'{}' must be a list of backend names", key));
+  }
+  for (const auto& el : *arr) {
+    auto s = el.value<std::string>();
+    if (!s) bad(origin, fmt::format("'{}' must hold only strings (backend names)", key));
+    out.push_back(*s);
+  }
+  return out;
+}
+
+PolicyRules parse_rules(const toml::table& t, const std::string& origin, const std::string& where,
+                        bool allow_match) {
+  PolicyRules r;
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    if (key == "prefer") r.prefer = string_list(v, origin, where + key);
+    else if (key == "deny") r.deny = string_list(v, origin, where + key);
+    else if (key == "pin") {
+      auto s = v.value<std::string>();
+      if (!s) bad(origin, fmt::format("'{}pin' must be a backend name (string)", where));
+      r.pin = *s;
+    } else if (key == "strict") {
+      auto b = v.value<bool>();
+      if (!b) bad(origin, fmt::format("'{}strict' must be true or false", where));
+      r.strict = *b;
+    } else if (allow_match && key == "match") {
+      continue;
+    } else if (!allow_match && key == "layer") {
+      continue;
+    } else {
+      bad(origin, fmt::format("unknown key '{}{}' (expected prefer, deny, pin, strict{})", where, key,
+                              allow_match ? ", match" : ", [[layer]]"));
+    }
+  }
+  return r;
+}
+
+std::string glob_to_regex(const std::string& glob) {
+  std::string re;
+  for (char c : glob) {
+    if (c == '*') re += ".*";
+    else if (c == '?') re += '.';
+    else if (std::string("\\^$.|+()[]{}").find(c) != std::string::npos) { re += '\\'; re += c; }
+    else re += c;
+  }
+  return re;
+}
+
+}  // namespace
+
+bool name_matches(const std::string& pattern, const std::string& name) {
+  try {
+    if (pattern.rfind("re:", 0) == 0) return std::regex_match(name, std::regex(pattern.substr(3)));
+    return std::regex_match(name, std::regex(glob_to_regex(pattern)));
+  } catch (const std::regex_error& e) {
+    throw Error(Errc::format, fmt::format("invalid pattern '{}': {}", pattern, e.what()));
+  }
+}
+
+PolicyRules Policy::rules_for(const std::string& layer) const {
+  PolicyRules r = global;
+  for (const auto& o : layers) {
+    if (!name_matches(o.pattern, layer)) continue;
+    if (!o.rules.prefer.empty()) r.prefer = o.rules.prefer;
+    r.deny.insert(r.deny.end(), o.rules.deny.begin(), o.rules.deny.end());
+    if (o.rules.pin) r.pin = o.rules.pin;
+    if (o.rules.strict) r.strict = o.rules.strict;
+  }
+  return r;
+}
+
+Policy Policy::parse_toml(const std::string& text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    bad(origin, fmt::format("TOML syntax error at line {}, column {}: {}", e.source().begin.line,
+                            e.source().begin.column, e.description()));
+  }
+  Policy p;
+  p.source = origin;
+  p.global = parse_rules(root, origin, "", false);
+  if (const toml::node* layers = root.get("layer")) {
+    const toml::array* arr = layers->as_array();
+    if (!arr) bad(origin, "'layer' must be an array of tables ([[layer]])");
+    for (std::size_t i = 0; i < arr->size(); ++i) {
+      const toml::table* t = (*arr)[i].as_table();
+      if (!t) bad(origin, fmt::format("layer[{}] must be a table", i));
+      auto match = (*t)["match"].value<std::string>();
+      if (!match || match->empty())
+        bad(origin, fmt::format("layer[{}] needs 'match' (a glob or \"re:\" pattern of layer names)", i));
+      name_matches(*match, "");  // reject a broken regex now, not at selection time
+      p.layers.push_back({*match, parse_rules(*t, origin, fmt::format("layer[{}].", i), true)});
+    }
+  }
+  return p;
+}
+
+Policy Policy::load_file(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(Errc::io, fmt::format("policy {}: cannot open file", path.string()));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  if (text.size() > (1u << 20)) throw Error(Errc::limit, fmt::format("policy {}: larger than 1 MiB", path.string()));
+  return parse_toml(text, path.string());
+}
+
+Policy Policy::from_environment() {
+  Policy p;
+  if (const char* cfg = std::getenv("NIBBLE_CONFIG"); cfg && *cfg) {
+    p = load_file(cfg);
+    p.source = fmt::format("NIBBLE_CONFIG={}", cfg);
+  }
+  if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b) {
+    p.pin_strict(b);
+    p.source = p.source.empty() ? fmt::format("NIBBLE_BACKEND={}", b)
+                                : fmt::format("{} with NIBBLE_BACKEND={}", p.source, b);
+  }
+  return p;
+}
+
+Policy& Policy::pin_strict(const std::string& backend) {
+  global.pin = backend;
+  global.strict = true;
+  // A strict pin overrides every per-layer pin too.
+  for (auto& o : layers) o.rules.pin.reset(), o.rules.strict.reset();
+  return *this;
+}
+
+}  // namespace nibble

@@ -1,0 +1,206 @@
+// cpu_w4a16: the CPU backend plugin. This file is the ABI glue: capabilities, probe,
+// can_implement, process_weights, apply, host "device" memory and the oneDNN dense baseline.
+#include <boost/dll/alias.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cpu_weights.h"
+#include "dense_onednn.h"
+#include "kernels.h"
+#include "nibble/dtype.h"
+#include "nibble/plugin_abi.h"
+#include "plugin_support.h"
+
+namespace nibble::cpu {
+namespace {
+
+using plugin::fail;
+using plugin::guarded;
+
+nibble_capabilities make_caps() {
+  nibble_capabilities c{};
+  c.formats = NIBBLE_FORMATS_ALL;
+  c.weight_types = NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8);
+  c.bits = 1u << 4;
+  c.act_dtypes = NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_F16) | NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_BF16) |
+                 NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_F32);
+  const int32_t gs[] = {32, 64, 128, 256, -1};
+  for (int32_t g : gs) c.group_sizes[c.num_group_sizes++] = g;
+  c.act_order = 1;
+  c.bias = 1;
+  c.k_multiple = 1;
+  c.n_multiple = 1;
+  c.min_device_level = 0;
+  return c;
+}
+
+const nibble_capabilities kCaps = make_caps();
+
+struct Prepared {
+  nibble_linear_spec spec;
+  CpuWeights w;
+};
+
+int32_t probe(char* msg, size_t cap) {
+  return fail(NIBBLE_OK, msg, cap, "%d threads, %s", num_threads(),
+              __builtin_cpu_supports("avx512f") ? "AVX-512" : __builtin_cpu_supports("avx2") ? "AVX2" : "portable");
+}
+
+int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
+  if (int32_t st = plugin::check_caps(kCaps, s, msg, cap)) return st;
+  if (s->k > (int64_t(1) << 31) || s->n > (int64_t(1) << 31))
+    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "K or N above 2^31 (K=%lld N=%lld)", (long long)s->k,
+                (long long)s->n);
+  return NIBBLE_OK;
+}
+
+int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weights* w, void*,
+                        nibble_prepared** out, char* msg, size_t cap) {
+  return guarded(msg, cap, [&]() -> int32_t {
+    if (!out || !w) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null argument");
+    *out = nullptr;
+    if (int32_t st = can_implement(s, msg, cap)) return st;
+    auto p = std::make_unique<Prepared>();
+    p->spec = *s;
+    p->spec.layer_name = nullptr;  // borrowed from the host; not kept
+    try {
+      p->w = prepare_cpu_weights(*s, *w);
+    } catch (const std::invalid_argument& e) {
+      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
+    }
+    *out = reinterpret_cast<nibble_prepared*>(p.release());
+    return NIBBLE_OK;
+  });
+}
+
+void to_float_rows(const void* src, int32_t dtype, int64_t m, int64_t k, const std::vector<int32_t>& perm, float* dst) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t from = perm.empty() ? i : perm[size_t(i)];
+      dst[r * k + i] = float(load_float(src, DType(dtype), size_t(r * k + from)));
+    }
+}
+
+int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
+  return guarded(msg, cap, [&]() -> int32_t {
+    if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
+    const auto& p = *reinterpret_cast<const Prepared*>(h);
+    const CpuWeights& w = p.w;
+    if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, w.k, -1, msg, cap)) return st;
+    const int64_t m = x->shape[0];
+    if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
+    std::vector<float> xf(size_t(m * w.k)), yf(size_t(m * w.n));
+    to_float_rows(x->data, p.spec.act_dtype, m, w.k, w.perm, xf.data());
+    matmul_portable(w, xf.data(), m, yf.data());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < w.n; ++c) {
+        const float v = yf[size_t(r * w.n + c)] + (w.bias.empty() ? 0.0f : w.bias[size_t(c)]);
+        store_float(y->data, DType(p.spec.act_dtype), size_t(r * w.n + c), v);
+      }
+    return NIBBLE_OK;
+  });
+}
+
+void release(nibble_prepared* h) { delete reinterpret_cast<Prepared*>(h); }
+
+// Host memory is the CPU plugin's device memory.
+int32_t device_alloc(size_t bytes, void** ptr, char* msg, size_t cap) {
+  if (!ptr) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null output pointer");
+  *ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  return *ptr ? NIBBLE_OK : fail(NIBBLE_ERR_OUT_OF_MEMORY, msg, cap, "cannot allocate %zu bytes", bytes);
+}
+void device_free(void* p) { std::free(p); }
+int32_t device_copy(void* dst, const void* src, size_t bytes, int32_t, void*, char* msg, size_t cap) {
+  if ((!dst || !src) && bytes) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null pointer in copy");
+  if (bytes) std::memmove(dst, src, bytes);
+  return NIBBLE_OK;
+}
+int32_t device_sync(void*, char*, size_t) { return NIBBLE_OK; }
+
+int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
+  if (!key || !value) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null option");
+  if (std::strcmp(key, "num_threads") == 0) {
+    char* end = nullptr;
+    const long v = std::strtol(value, &end, 10);
+    if (!end || *end || v < 0 || v > 4096)
+      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "num_threads: expected 0..4096 (0 = default), found '%s'", value);
+    set_num_threads(int(v));
+    return NIBBLE_OK;
+  }
+  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: num_threads)", key);
+}
+
+struct Dense {
+  int64_t k, n;
+  int32_t dtype;
+  std::unique_ptr<DenseMatmul> mm;
+};
+
+int32_t dense_prepare(const nibble_linear_spec* s, const void* w, void*, nibble_dense** out, char* msg, size_t cap) {
+  return guarded(msg, cap, [&]() -> int32_t {
+    if (!s || !w || !out) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null argument");
+    if (s->act_dtype != NIBBLE_DTYPE_BF16 && s->act_dtype != NIBBLE_DTYPE_F32)
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap,
+                  "dense baseline: oneDNN 2.6 runs bf16 and f32 matmul on CPUs, not %s", plugin::dtype_str(s->act_dtype));
+    auto d = std::make_unique<Dense>();
+    d->k = s->k;
+    d->n = s->n;
+    d->dtype = s->act_dtype;
+    d->mm = std::make_unique<DenseMatmul>(s->k, s->n, s->act_dtype, w);
+    *out = reinterpret_cast<nibble_dense*>(d.release());
+    return NIBBLE_OK;
+  });
+}
+
+int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
+  return guarded(msg, cap, [&]() -> int32_t {
+    if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null dense handle");
+    const auto& d = *reinterpret_cast<const Dense*>(h);
+    if (int32_t st = plugin::check_io(x, "x", d.dtype, d.k, -1, msg, cap)) return st;
+    if (int32_t st = plugin::check_io(y, "y", d.dtype, d.n, x->shape[0], msg, cap)) return st;
+    d.mm->run(x->data, y->data, x->shape[0]);
+    return NIBBLE_OK;
+  });
+}
+
+void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
+
+int32_t describe_kernel(const nibble_prepared*, int64_t, char* msg, size_t cap) {
+  return fail(NIBBLE_OK, msg, cap, "portable");
+}
+
+const nibble_plugin_api kApi = {
+    /* .abi_version = */ NIBBLE_ABI_VERSION,
+    /* .struct_size = */ sizeof(nibble_plugin_api),
+    /* .name = */ "cpu_w4a16",
+    /* .version = */ NIBBLE_VERSION_STRING,
+    /* .platform = */ "cpu",
+    /* .description = */ "W4A16 on x86-64 CPUs: fused int4 kernels for small M, oneDNN for large M",
+    /* .priority = */ 10,
+    /* .caps = */ kCaps,
+    /* .probe = */ probe,
+    /* .can_implement = */ can_implement,
+    /* .process_weights = */ process_weights,
+    /* .apply = */ apply,
+    /* .release = */ release,
+    /* .device_alloc = */ device_alloc,
+    /* .device_free = */ device_free,
+    /* .device_copy = */ device_copy,
+    /* .device_sync = */ device_sync,
+    /* .set_option = */ set_option,
+    /* .dense_prepare = */ dense_prepare,
+    /* .dense_apply = */ dense_apply,
+    /* .dense_release = */ dense_release,
+    /* .time_device = */ nullptr,
+    /* .describe_kernel = */ describe_kernel,
+};
+
+}  // namespace
+
+const nibble_plugin_api* entry(uint32_t host_abi) { return host_abi == NIBBLE_ABI_VERSION ? &kApi : nullptr; }
+
+}  // namespace nibble::cpu
+
+BOOST_DLL_ALIAS(nibble::cpu::entry, nibble_plugin_entry)
