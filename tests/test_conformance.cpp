@@ -1,0 +1,116 @@
+// The cross-backend conformance suite: every scheme a backend declares, on odd sizes, against the
+// core's reference kernel, with fresh random data each run (the seed is printed; NIBBLE_TEST_SEED
+// repeats a run). Which backend: NIBBLE_TEST_BACKEND; where from: NIBBLE_TEST_PLUGIN_DIRS.
+// Reports SKIP (exit 77) when the backend has no device here.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "test_util.h"
+
+using namespace nibble;
+
+namespace {
+
+std::shared_ptr<Registry> registry() {
+  static auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
+  return reg;
+}
+
+std::shared_ptr<Backend> backend() {
+  return registry()->find(test::env_or("NIBBLE_TEST_BACKEND"));
+}
+
+uint64_t seed() {
+  static const uint64_t s = [] {
+    const std::string env = test::env_or("NIBBLE_TEST_SEED");
+    const uint64_t v = env.empty() ? std::random_device{}() : std::stoull(env);
+    fmt::print("conformance seed: {} (repeat with NIBBLE_TEST_SEED={})\n", v, v);
+    return v;
+  }();
+  return s;
+}
+
+// A row slice [0, m) of a [M, N] tensor.
+Tensor rows(const Tensor& t, int64_t m) {
+  Tensor out = Tensor::zeros(t.dtype(), {m, t.dim(1)});
+  std::memcpy(out.mutable_data(), t.data(), out.nbytes());
+  return out;
+}
+
+}  // namespace
+
+std::string nibble::test::skip_reason() {
+  const std::string name = test::env_or("NIBBLE_TEST_BACKEND");
+  if (name.empty()) return "NIBBLE_TEST_BACKEND is not set";
+  auto b = backend();
+  if (!b) {
+    // A backend that is not found at all is a failure unless it failed to load for lack of its
+    // runtime, which is a machine without that device.
+    for (const auto& s : registry()->skipped())
+      if (s.path.stem() == name && s.kind == SkippedFile::Kind::load_failed) return name + ": " + s.reason;
+    return {};  // the test case below fails with the reason
+  }
+  if (!b->probe().available) return name + ": " + b->probe().message;
+  return {};
+}
+
+TEST_CASE("every declared scheme matches the reference on odd sizes") {
+  auto b = backend();
+  REQUIRE_MESSAGE(b, "backend '" << test::env_or("NIBBLE_TEST_BACKEND") << "' not found; found: "
+                                 << registry()->backend_names());
+  const nibble_capabilities caps = b->capabilities();
+  const uint64_t base_seed = seed();
+  const int64_t ms[] = {1, 3, 17, 64, 257};
+  // (K, N): on multiples of 64, off them, and K not a multiple of 8.
+  const std::pair<int64_t, int64_t> shapes[] = {{512, 192}, {320, 200}, {264, 72}, {130, 40}};
+  int cases = 0, refused = 0;
+  for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+    if (!(caps.act_dtypes & NIBBLE_DTYPE_BIT(int(dt)))) continue;
+    for (WeightType wt : {WeightType::uint4b8, WeightType::uint4}) {
+      if (!(caps.weight_types & NIBBLE_WT_BIT(int(wt)))) continue;
+      for (uint32_t gi = 0; gi < caps.num_group_sizes; ++gi) {
+        const int g = caps.group_sizes[gi];
+        for (int ao = 0; ao <= int(caps.act_order); ++ao) {
+          for (const auto& [k, n] : shapes) {
+            LinearSpec s;
+            s.name = fmt::format("conformance.{}.{}.g{}.{}.{}x{}", dtype_name(dt), weight_type_name(wt), g,
+                                 ao ? "actorder" : "plain", k, n);
+            s.k = k; s.n = n; s.group_size = g; s.weight_type = wt; s.act_dtype = dt;
+            s.scale_dtype = dt == DType::f32 ? DType::f16 : dt;
+            s.act_order = ao != 0 && g != -1;
+            s.has_bias = caps.bias && ((k + g) % 3 == 0);
+            if (ao && g == -1) continue;
+            // Outside the declared shape rules: the backend must refuse with a reason, not crash.
+            std::string why = b->check_capabilities(s);
+            if (why.empty()) why = b->can_implement(s);
+            if (!why.empty()) {
+              ++refused;
+              CHECK_MESSAGE(!why.empty(), s.name);
+              continue;
+            }
+            const uint64_t sd = base_seed ^ std::hash<std::string>{}(s.name);
+            CanonicalLinear w = random_canonical(s, sd);
+            Tensor x_all = random_activations(ms[4], k, dt, sd + 1);
+            Tensor ref_all = reference_linear(w, x_all), mag_all = reference_magnitude(w, x_all);
+            auto prepared = b->prepare(w);
+            for (int64_t m : ms) {
+              Tensor x = rows(x_all, m);
+              Tensor y = prepared->apply(x);
+              Comparison c = compare_to_reference(y, rows(ref_all, m), rows(mag_all, m), dt);
+              ++cases;
+              CHECK_MESSAGE(c.ok, fmt::format("{} M={} kernel={}: {} elements out of tolerance; worst "
+                                              "[{}, {}] got {} want {} ({:.2f}x tolerance)",
+                                              s.name, m, prepared->kernel_name(m), c.failures, c.worst_m,
+                                              c.worst_n, c.worst_got, c.worst_want, c.max_rel_to_tol));
+            }
+          }
+        }
+      }
+    }
+  }
+  fmt::print("{}: {} cases checked, {} configurations refused with a reason\n", b->name(), cases, refused);
+  CHECK(cases > 0);
+}

@@ -1,0 +1,281 @@
+// Registry: discovery and careful loading of the in-tree test plugins, selection under policy,
+// plugin faults, library lifetime and concurrent use.
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "test_util.h"
+
+using namespace nibble;
+namespace fs = std::filesystem;
+
+std::string nibble::test::skip_reason() { return {}; }
+
+namespace {
+
+fs::path plugin_dir() { return test::env_or("NIBBLE_TEST_PLUGIN_DIR"); }
+
+std::shared_ptr<Registry> test_registry() { return test::hermetic_registry(plugin_dir().string()); }
+
+const SkippedFile* skipped(const Registry& r, const std::string& file) {
+  for (const auto& s : r.skipped())
+    if (s.path.filename() == file) return &s;
+  return nullptr;
+}
+
+const Candidate* verdict(const Selection& s, const std::string& name) {
+  for (const auto& c : s.candidates)
+    if (c.backend == name) return &c;
+  return nullptr;
+}
+
+LinearSpec spec(const std::string& name = "model.layers.0.self_attn.q_proj", int g = 128) {
+  LinearSpec s;
+  s.name = name;
+  s.k = 256; s.n = 64; s.group_size = g;
+  s.weight_type = WeightType::uint4b8; s.act_dtype = DType::f16; s.scale_dtype = DType::f16;
+  return s;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("discovery loads good plugins and records every other file with its reason") {
+  REQUIRE(!plugin_dir().empty());
+  auto reg = test_registry();
+  for (const char* name : {"test_good_a", "test_good_b", "test_no_device", "test_process_fails",
+                           "test_null_handle", "test_lying_caps", "test_larger_struct"})
+    CHECK_MESSAGE(reg->find(name) != nullptr, name);
+  CHECK(reg->find("test_wrong_abi") == nullptr);
+
+  const SkippedFile* s = skipped(*reg, "test_wrong_abi.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::refused);
+  CHECK(contains(s->reason, "ABI version 99 but this host speaks version 1"));
+
+  s = skipped(*reg, "test_small_struct.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::refused);
+  CHECK(contains(s->reason, "smaller than the"));
+
+  s = skipped(*reg, "test_null_entry.so");
+  REQUIRE(s);
+  CHECK(contains(s->reason, "entry returned NULL"));
+
+  // Never loaded: its initializer would abort this process.
+  s = skipped(*reg, "not_a_plugin.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::not_a_plugin);
+  CHECK(contains(s->reason, "does not export nibble_plugin_entry"));
+
+  s = skipped(*reg, "garbage.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::not_a_plugin);
+}
+
+TEST_CASE("a plugin whose dependency is missing becomes a reason naming the library") {
+  const fs::path src = plugin_dir() / "depends" / "test_missing_dep.so";
+  REQUIRE(fs::exists(src));
+  const fs::path tmp = fs::temp_directory_path() / ("nibble_missing_dep_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  fs::copy_file(src, tmp / "test_missing_dep.so", fs::copy_options::overwrite_existing);
+  auto reg = test::hermetic_registry(tmp.string());
+  fs::remove_all(tmp);
+  CHECK(reg->backends().empty());
+  const SkippedFile* s = skipped(*reg, "test_missing_dep.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::load_failed);
+  CHECK(contains(s->reason, "missing library libnibble_test_ghost.so"));
+}
+
+TEST_CASE("a newer minor revision (larger struct) is accepted") {
+  auto reg = test_registry();
+  auto b = reg->find("test_larger_struct");
+  REQUIRE(b);
+  CHECK(b->api().struct_size > sizeof(nibble_plugin_api));
+}
+
+TEST_CASE("selection walks candidates by priority and records every verdict") {
+  auto reg = test_registry();
+  Selection sel = reg->select(spec());
+  REQUIRE(sel);
+  CHECK(sel.backend->name() == "test_good_a");
+  CHECK(verdict(sel, "test_lying_caps")->verdict == Verdict::cannot_implement);
+  CHECK(contains(verdict(sel, "test_lying_caps")->reason, "implements nothing"));
+  CHECK(verdict(sel, "test_no_device")->verdict == Verdict::no_device);
+  CHECK(verdict(sel, "test_no_device")->reason == "no test device present");
+  CHECK(verdict(sel, "test_good_b")->verdict == Verdict::viable);
+  CHECK(verdict(sel, "test_wrong_abi.so")->verdict == Verdict::load_failed);
+  // The order is the priority order.
+  CHECK(sel.candidates[0].backend == "test_lying_caps");
+  CHECK(sel.candidates[1].backend == "test_no_device");
+
+  // G = 64 is outside test_good_a's declared capabilities: refused without running its code.
+  Selection g64 = reg->select(spec("x", 64));
+  REQUIRE(g64);
+  CHECK(g64.backend->name() == "test_good_b");
+  CHECK(verdict(g64, "test_good_a")->verdict == Verdict::unsupported);
+  CHECK(verdict(g64, "test_good_a")->reason == "group size 64 not in {128}");
+}
+
+TEST_CASE("policy: prefer, deny, pin, strict and per-layer overrides") {
+  auto reg = test_registry();
+  Policy p;
+  p.global.prefer = {"test_good_b"};
+  CHECK(reg->select(spec(), p).backend->name() == "test_good_b");
+
+  Policy deny;
+  deny.global.deny = {"test_good_a"};
+  Selection d = reg->select(spec(), deny);
+  CHECK(d.backend->name() == "test_good_b");
+  CHECK(verdict(d, "test_good_a")->verdict == Verdict::denied);
+
+  Policy pin;
+  pin.pin_strict("test_good_b");
+  Selection ps = reg->select(spec(), pin);
+  CHECK(ps.backend->name() == "test_good_b");
+  CHECK(verdict(ps, "test_good_a")->verdict == Verdict::not_considered);
+
+  // A non-strict pin falls back to the next candidate.
+  Policy soft;
+  soft.global.pin = "test_no_device";
+  Selection sp = reg->select(spec(), soft);
+  CHECK(sp.backend->name() == "test_good_a");
+  CHECK(sp.candidates[0].backend == "test_no_device");
+
+  // Strict: nothing past the preferred list, so nothing fits, and the error lists why.
+  Policy strict;
+  strict.global.prefer = {"test_no_device", "test_process_fails"};
+  strict.global.strict = true;
+  strict.global.deny = {"test_process_fails"};
+  Selection none = reg->select(spec(), strict);
+  CHECK_FALSE(none);
+  try {
+    reg->select_or_throw(spec(), strict);
+    FAIL("expected no_backend");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::no_backend);
+    const std::string m = e.what();
+    CHECK(contains(m, "model.layers.0.self_attn.q_proj"));
+    CHECK(contains(m, "no test device present"));
+    CHECK(contains(m, "denied by policy"));
+    CHECK(contains(m, "test_good_a"));
+    CHECK(contains(m, "not considered"));
+  }
+
+  // Pinning a backend that does not exist names the ones that do.
+  Policy ghost;
+  ghost.pin_strict("nope");
+  try {
+    reg->select(spec(), ghost);
+    FAIL("expected no_backend");
+  } catch (const Error& e) {
+    CHECK(contains(e.what(), "backend 'nope'"));
+    CHECK(contains(e.what(), "test_good_a"));
+    CHECK(contains(e.what(), "test_good_b"));
+  }
+
+  // Per-layer override by glob and by regex.
+  Policy layered = Policy::parse_toml(R"(
+prefer = ["test_good_a"]
+[[layer]]
+match = "*.mlp.*"
+pin = "test_good_b"
+strict = true
+[[layer]]
+match = "re:.*\\.layers\\.3\\..*"
+deny = ["test_good_a"]
+)", "inline");
+  CHECK(reg->select(spec("model.layers.0.self_attn.q_proj"), layered).backend->name() == "test_good_a");
+  CHECK(reg->select(spec("model.layers.0.mlp.down_proj"), layered).backend->name() == "test_good_b");
+  CHECK(reg->select(spec("model.layers.3.self_attn.o_proj"), layered).backend->name() == "test_good_b");
+  // An unknown preferred backend is a note, not an error.
+  Policy unknown;
+  unknown.global.prefer = {"does_not_exist"};
+  Selection u = reg->select(spec(), unknown);
+  CHECK(u);
+  REQUIRE(u.notes.size() == 1);
+  CHECK(contains(u.notes[0], "does_not_exist"));
+}
+
+TEST_CASE("policy TOML errors name the key") {
+  auto err = [](const std::string& text) {
+    try { Policy::parse_toml(text, "p.toml"); } catch (const Error& e) { return std::string(e.what()); }
+    return std::string();
+  };
+  CHECK(contains(err("prefer = 3"), "'prefer' must be a list of backend names"));
+  CHECK(contains(err("pefer = [\"a\"]"), "unknown key 'pefer'"));
+  CHECK(contains(err("[[layer]]\npin = \"a\""), "layer[0] needs 'match'"));
+  CHECK(contains(err("[[layer]]\nmatch = \"re:([\""), "invalid pattern"));
+  CHECK(contains(err("strict = \"yes\""), "'strict' must be true or false"));
+  CHECK(contains(err("prefer = ["), "TOML syntax error at line 1"));
+}
+
+TEST_CASE("plugin faults are errors for that call, with the plugin's message") {
+  auto reg = test_registry();
+  CanonicalLinear w = random_canonical(spec(), 5);
+  try {
+    reg->find("test_process_fails")->prepare(w);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::plugin);
+    CHECK(contains(e.what(), "layer 'model.layers.0.self_attn.q_proj'"));
+    CHECK(contains(e.what(), "simulated device failure while uploading weights"));
+  }
+  try {
+    reg->find("test_null_handle")->prepare(w);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(contains(e.what(), "returned success but no handle"));
+  }
+}
+
+TEST_CASE("a plugin library stays loaded while anything made from it is alive") {
+  const std::string path = (plugin_dir() / "test_good_b.so").string();
+  auto loaded = [&] {
+    void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (h) dlclose(h);
+    return h != nullptr;
+  };
+  LinearSpec s = spec("keepalive", 64);
+  CanonicalLinear w = random_canonical(s, 9);
+  Tensor x = random_activations(2, s.k, DType::f16, 10);
+  std::shared_ptr<PreparedLinear> prepared;
+  {
+    auto reg = test_registry();
+    prepared = reg->find("test_good_b")->prepare(w);
+  }
+  CHECK(loaded());
+  Tensor y = prepared->apply(x);  // would crash if the library had been unloaded
+  CHECK(compare_to_reference(y, reference_linear(w, x), reference_magnitude(w, x), DType::f16).ok);
+  prepared.reset();
+  CHECK_FALSE(loaded());
+}
+
+TEST_CASE("many threads selecting, preparing and applying agree with one thread") {
+  auto reg = test_registry();
+  LinearSpec s = spec("threads", 64);
+  CanonicalLinear w = random_canonical(s, 21);
+  Tensor x = random_activations(3, s.k, DType::f16, 22);
+  auto shared = reg->select_or_throw(s)->prepare(w);
+  const Tensor expect = shared->apply(x);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        auto b = reg->select_or_throw(s);
+        auto own = b->prepare(w);
+        for (const auto* p : {own.get(), shared.get()}) {
+          Tensor y = p->apply(x);
+          if (std::memcmp(y.data(), expect.data(), y.nbytes()) != 0) ++mismatches;
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(mismatches == 0);
+}
