@@ -75,6 +75,14 @@ Tensor Tensor::reshaped(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::as_dtype(DType dtype) const {
+  if (dtype_size(dtype) != dtype_size(dtype_))
+    throw Error(Errc::invalid_argument, fmt::format("cannot reinterpret {} as {}", dtype_name(dtype_), dtype_name(dtype)));
+  Tensor t = *this;
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::to(DType dtype) const {
   if (!is_float(dtype_) || !is_float(dtype))
     throw Error(Errc::invalid_argument, fmt::format("cannot convert {} to {}", dtype_name(dtype_),

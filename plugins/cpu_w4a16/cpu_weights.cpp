@@ -20,7 +20,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   cw.k = s.k;
   cw.n = s.n;
   const int64_t G = s.group_size <= 0 ? s.k : s.group_size;
-  cw.groups = (s.k + G - 1) / G;
+  cw.groups = nibble_spec_num_groups(&s);
   cw.act_dtype = s.act_dtype;
   const int64_t K = s.k, N = s.n, ng = cw.groups;
 

@@ -6,32 +6,7 @@
 
 #include "cli.h"
 
-namespace nibble::cli {
 
-std::shared_ptr<Registry> open_registry() { return Registry::discover(); }
-
-Policy make_policy(const CommonOptions& o) {
-  Policy p;
-  if (!o.config.empty()) {
-    p = Policy::load_file(o.config);
-    p.source = fmt::format("--config {}", o.config);
-  } else {
-    p = Policy::from_environment();
-  }
-  if (!o.backend.empty()) {
-    p.pin_strict(o.backend);
-    p.source = p.source.empty() ? fmt::format("--backend {}", o.backend)
-                                : fmt::format("{} with --backend {}", p.source, o.backend);
-  } else if (o.config.empty()) {
-    // from_environment() already applied NIBBLE_BACKEND
-  } else if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b) {
-    p.pin_strict(b);
-    p.source += fmt::format(" with NIBBLE_BACKEND={}", b);
-  }
-  return p;
-}
-
-}  // namespace nibble::cli
 
 int main(int argc, char** argv) {
   using namespace nibble::cli;
@@ -58,6 +33,43 @@ int main(int argc, char** argv) {
   selftest->add_option("--dtype", dtype, "Activation dtype: f16, bf16 or f32")->capture_default_str();
   selftest->add_option("--seed", seed, "Random seed")->capture_default_str();
 
+  ModelOptions model;
+  auto add_model = [&](CLI::App* sub) {
+    sub->add_option("--model", model.model, "Checkpoint directory (config.json + safetensors)")->required();
+    sub->add_option("--dtype", model.dtype, "Activation dtype f16, bf16 or f32 (default: the model's)");
+    sub->add_option("--layer", model.layer, "Only layers matching this glob or re: pattern");
+  };
+  auto* explain = app.add_subcommand("explain", "Per layer: how it is stored, every backend's verdict, and the winner");
+  add_common(explain, true);
+  add_model(explain);
+
+  auto* run = app.add_subcommand("run", "Run every quantized layer through the selected backend: per-layer backend, time and bandwidth");
+  add_common(run, true);
+  add_model(run);
+  run->add_option("--batch", model.batch, "Rows M of the activations")->capture_default_str();
+  run->add_option("--iters", model.iters, "Timed repetitions per layer (the median is shown)")->capture_default_str();
+  run->add_flag("--check", model.check, "Also compare every layer's output with the reference kernel");
+
+  auto* verify = app.add_subcommand("verify", "Compare a checkpoint with reference tensors (<layer>.codes, .weight, .x, .y)");
+  add_common(verify, true);
+  add_model(verify);
+  verify->add_option("--reference", model.reference, "Reference safetensors file")->required();
+
+  QuantizeCommand qc;
+  auto* quantize = app.add_subcommand("quantize", "Write a quantized checkpoint (round to nearest) from a 16-bit model or random weights");
+  add_common(quantize, false);
+  quantize->add_option("--out", qc.out, "Output directory")->required();
+  quantize->add_option("--from", qc.from, "A 16-bit Hugging Face model directory");
+  quantize->add_option("--preset", qc.preset, "Random weights with these shapes: tiny, llama3-8b, llama3-70b, llama3-8b-fused, llama3-70b-fused");
+  quantize->add_option("--blocks", qc.blocks, "Transformer blocks of the preset (default: the model's own)");
+  quantize->add_option("--format", qc.format, "gptq, gptq_v2, awq, compressed-tensors, autoround, autoround-gptqmodel, autoround-awq")->capture_default_str();
+  quantize->add_option("--group", qc.group, "Group size (-1: per channel)")->capture_default_str();
+  quantize->add_flag("--asym", qc.asym, "Asymmetric (zero points); default symmetric");
+  quantize->add_flag("--act-order", qc.act_order, "Act order (g_idx)");
+  quantize->add_option("--dtype", qc.dtype, "Model dtype f16 or bf16")->capture_default_str();
+  quantize->add_option("--seed", qc.seed, "Seed of random weights")->capture_default_str();
+  quantize->add_option("--shard-mb", qc.shard_mb, "Shard the safetensors into files of at most this many MiB");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -66,6 +78,10 @@ int main(int argc, char** argv) {
   try {
     if (*plugins) return cmd_plugins(common);
     if (*selftest) return cmd_selftest(common, dtype, seed);
+    if (*explain) return cmd_explain(common, model);
+    if (*run) return cmd_run(common, model);
+    if (*verify) return cmd_verify(common, model);
+    if (*quantize) return cmd_quantize(common, qc);
   } catch (const nibble::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "nibble: {}: {}\n", nibble::errc_name(e.code()), e.what());

@@ -144,8 +144,17 @@ typedef struct nibble_tensor {
   int64_t shape[4]; /* outermost first; unused entries are 0 */
 } nibble_tensor;
 
+/** Number of groups along K of a (partition) spec: 1 for per-channel (group_size -1); for a
+ *  row-parallel act-order partition every group of the full layer is kept (its rows may fall in
+ *  any of them), ceil(full_k / group_size); otherwise ceil(k / group_size). */
+static inline int64_t nibble_spec_num_groups(const nibble_linear_spec* s) {
+  if (s->group_size <= 0) return 1;
+  const int64_t k = (s->act_order && s->parallel == NIBBLE_PARALLEL_ROW && s->full_k > 0) ? s->full_k : s->k;
+  return (k + s->group_size - 1) / s->group_size;
+}
+
 /** The canonical weight form, in host memory, borrowed for the duration of process_weights.
- *  Let groups = (group_size == -1) ? 1 : ceil(k / group_size).
+ *  Let groups = nibble_spec_num_groups(spec).
  *  - qweight  uint32 [ceil(k/8), n]: packed along K; nibble j (bits 4j..4j+3) of row r is k = 8r+j;
  *             rows past k are zero padding.
  *  - zeros    uint8  [groups, n]: the true zero point (0..15) of each group, or NULL for UINT4B8

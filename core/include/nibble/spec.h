@@ -50,9 +50,11 @@ struct LinearSpec {
   bool has_bias = false;
   Format format = Format::unknown;
 
-  /// Number of groups along K: 1 for per-channel, else ceil(k / group_size).
+  /// Number of groups along K: 1 for per-channel; ceil(full_k / group_size) for a row-parallel
+  /// act-order partition (it keeps every group of the full layer); else ceil(k / group_size).
   int64_t num_groups() const noexcept {
-    return group_size <= 0 ? 1 : (k + group_size - 1) / group_size;
+    const nibble_linear_spec s = to_abi();
+    return nibble_spec_num_groups(&s);
   }
   /// Effective group size along K (k for per-channel).
   int64_t effective_group() const noexcept { return group_size <= 0 ? k : group_size; }

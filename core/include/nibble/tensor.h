@@ -56,6 +56,8 @@ class Tensor {
   Tensor clone() const;
   /// The same bytes with another shape of equal element count.
   Tensor reshaped(Shape shape) const;
+  /// The same bytes read as another dtype of the same element size (i32 <-> u32).
+  Tensor as_dtype(DType dtype) const;
   /// Float tensor converted (with rounding) to another float dtype.
   Tensor to(DType dtype) const;
 

@@ -1,0 +1,98 @@
+// Tensor-parallel sharding: slicing N (column) or K (row) while keeping groups and g_idx consistent.
+#include "nibble/shard.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "nibble/error.h"
+
+namespace nibble {
+
+namespace {
+
+// Columns [c0, c0 + nc) of a row-major [rows, cols] tensor.
+Tensor slice_cols(const Tensor& t, int64_t c0, int64_t nc) {
+  if (t.empty()) return t;
+  const int64_t rows = t.ndim() == 1 ? 1 : t.dim(0), cols = t.ndim() == 1 ? t.dim(0) : t.dim(1);
+  const std::size_t es = dtype_size(t.dtype());
+  Tensor out = Tensor::zeros(t.dtype(), t.ndim() == 1 ? Shape{nc} : Shape{rows, nc});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<uint8_t*>(out.mutable_data()) + r * nc * es,
+                static_cast<const uint8_t*>(t.data()) + (r * cols + c0) * es, std::size_t(nc) * es);
+  return out;
+}
+
+// Rows [r0, r0 + nr) of a row-major tensor.
+Tensor slice_rows(const Tensor& t, int64_t r0, int64_t nr) {
+  if (t.empty()) return t;
+  Shape s = t.shape();
+  const std::size_t row_bytes = t.nbytes() / std::size_t(s[0]);
+  s[0] = nr;
+  Tensor out = Tensor::zeros(t.dtype(), s);
+  std::memcpy(out.mutable_data(), static_cast<const uint8_t*>(t.data()) + r0 * row_bytes, std::size_t(nr) * row_bytes);
+  return out;
+}
+
+}  // namespace
+
+CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int world) {
+  const LinearSpec& s = w.spec;
+  if (world < 1 || rank < 0 || rank >= world)
+    throw Error(Errc::invalid_argument, fmt::format("layer '{}': rank {} of world {} is not a valid partition", s.name, rank, world));
+  if (s.parallel != Parallel::none)
+    throw Error(Errc::invalid_argument, fmt::format("layer '{}': already a {}-parallel partition", s.name, parallel_name(s.parallel)));
+  CanonicalLinear out;
+  out.spec = s;
+  out.spec.full_k = s.k;
+  out.spec.full_n = s.n;
+  out.spec.parallel = how;
+  if (how == Parallel::column) {
+    if (s.n % world)
+      throw Error(Errc::unsupported, fmt::format("layer '{}': column-parallel split of N {} over {} ranks: not divisible",
+                                                 s.name, s.n, world));
+    const int64_t np = s.n / world, c0 = rank * np;
+    out.spec.n = np;
+    out.qweight = slice_cols(w.qweight, c0, np);
+    out.zeros = slice_cols(w.zeros, c0, np);
+    out.scales = slice_cols(w.scales, c0, np);
+    out.g_idx = w.g_idx;
+    out.bias = slice_cols(w.bias, c0, np);
+  } else if (how == Parallel::row) {
+    if (s.k % world)
+      throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: not divisible",
+                                                 s.name, s.k, world));
+    const int64_t kp = s.k / world, k0 = rank * kp;
+    if (kp % 8)
+      throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel K_part {} is not a multiple of 8 (codes are "
+                                                 "packed 8 rows to a word)", s.name, kp));
+    out.spec.k = kp;
+    out.qweight = slice_rows(w.qweight, k0 / 8, kp / 8);
+    if (s.act_order) {
+      out.g_idx = slice_rows(w.g_idx, k0, kp);  // values still index the full layer's groups
+      out.zeros = w.zeros;
+      out.scales = w.scales;
+    } else if (s.group_size <= 0) {
+      out.zeros = w.zeros;  // one scale per output column covers every K slice
+      out.scales = w.scales;
+    } else {
+      if (kp % s.group_size)
+        throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel K_part {} is not a multiple of the group "
+                                                   "size {}: a group would straddle two ranks", s.name, kp, s.group_size));
+      const int64_t g0 = k0 / s.group_size, ng = kp / s.group_size;
+      out.zeros = slice_rows(w.zeros, g0, ng);
+      out.scales = slice_rows(w.scales, g0, ng);
+    }
+    if (rank == 0) {
+      out.bias = w.bias;
+    } else {
+      out.spec.has_bias = false;
+    }
+  } else {
+    throw Error(Errc::invalid_argument, fmt::format("layer '{}': shard() needs column or row", s.name));
+  }
+  validate(out);
+  return out;
+}
+
+}  // namespace nibble

@@ -1,0 +1,88 @@
+// Helpers shared by the commands: registry, policy, dtypes, byte counts, timing.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "cli.h"
+
+namespace nibble::cli {
+
+std::shared_ptr<Registry> open_registry() { return Registry::discover(); }
+
+Policy make_policy(const CommonOptions& o) {
+  Policy p;
+  if (!o.config.empty()) {
+    p = Policy::load_file(o.config);
+    p.source = fmt::format("--config {}", o.config);
+    if (const char* b = std::getenv("NIBBLE_BACKEND"); b && *b && o.backend.empty()) {
+      p.pin_strict(b);
+      p.source += fmt::format(" with NIBBLE_BACKEND={}", b);
+    }
+  } else {
+    p = Policy::from_environment();  // NIBBLE_CONFIG, then NIBBLE_BACKEND
+  }
+  if (!o.backend.empty()) {
+    p.pin_strict(o.backend);
+    p.source = p.source.empty() ? fmt::format("--backend {}", o.backend)
+                                : fmt::format("{} with --backend {}", p.source, o.backend);
+  }
+  return p;
+}
+
+std::optional<DType> parse_act_dtype(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  auto d = parse_dtype(s);
+  if (!d || (*d != DType::f16 && *d != DType::bf16 && *d != DType::f32))
+    throw Error(Errc::invalid_argument, fmt::format("--dtype: expected f16, bf16 or f32, found '{}'", s));
+  return d;
+}
+
+double layer_bytes(const LinearSpec& s, int64_t m) {
+  const double groups = double(s.num_groups());
+  const double act = double(dtype_size(s.act_dtype));
+  double b = double(s.k) * double(s.n) / 2 + groups * double(s.n) * double(dtype_size(s.scale_dtype));
+  if (s.weight_type == WeightType::uint4) b += groups * double(s.n) / 2;
+  return b + act * double(m) * double(s.k + s.n);
+}
+
+namespace {
+struct TimedCall {
+  const PreparedLinear* p;
+  const void* x;
+  void* y;
+  int64_t m;
+};
+void timed_apply(void* ctx, int32_t) {
+  auto* c = static_cast<TimedCall*>(ctx);
+  c->p->apply_device(c->x, c->y, c->m);
+}
+}  // namespace
+
+double time_apply(const PreparedLinear& p, const void* x, void* y, int64_t m, int iters) {
+  Backend& b = p.backend();
+  p.apply_device(x, y, m);  // warm-up (and first-call setup)
+  b.sync();
+  std::vector<double> us;
+  for (int i = 0; i < std::max(1, iters); ++i) {
+    if (b.api().time_device) {
+      TimedCall call{&p, x, y, m};
+      double ms = 0;
+      char msg[512] = {0};
+      if (b.api().time_device(timed_apply, &call, 1, nullptr, &ms, msg, sizeof msg) != NIBBLE_OK)
+        throw Error(Errc::device, fmt::format("backend {}: time_device failed: {}", b.name(), msg));
+      us.push_back(ms * 1e3);
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      p.apply_device(x, y, m);
+      b.sync();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace nibble::cli
