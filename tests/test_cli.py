@@ -68,5 +68,38 @@ p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH="relative/dir:" + CPU_DIR)
 check(p.returncode == 0 and any("relative/dir" in w for w in json.loads(p.stdout)["warnings"]),
       "a relative NIBBLE_PLUGIN_PATH entry is ignored with a warning", p)
 
+# Every shipped fixture verifies through the CPU backend; a wrong reference is caught.
+FIX = os.environ["NIBBLE_FIXTURES"]
+for fx in sorted(os.listdir(FIX)):
+    d = os.path.join(FIX, fx)
+    if not os.path.isdir(d):
+        continue
+    p = run(["verify", "--model", d, "--reference", os.path.join(d, "reference.safetensors"), "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+    ok = p.returncode == 0 and all(l["ok"] and l["codes_mismatched"] == 0 for l in json.loads(p.stdout)["layers"])
+    check(ok, f"verify {fx}", p)
+p = run(["verify", "--model", os.path.join(FIX, "gptq_v1_sym_g128"), "--reference",
+         os.path.join(FIX, "ct_pack_sym_g128", "reference.safetensors")], NIBBLE_PLUGIN_PATH=CPU_DIR)
+check(p.returncode != 0 and "MISMATCH" in p.stdout, "verify against another model's reference fails", p)
+
+# quantize -> explain -> run --check on a generated model, in two formats.
+import tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    for fmt, extra in [("gptq", ["--act-order"]), ("compressed-tensors", ["--asym", "--group", "32"])]:
+        out = os.path.join(tmp, fmt)
+        p = run(["quantize", "--preset", "tiny", "--blocks", "1", "--format", fmt, "--out", out] + extra)
+        check(p.returncode == 0 and os.path.exists(os.path.join(out, "config.json")), f"quantize tiny {fmt}", p)
+        p = run(["explain", "--model", out, "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+        doc = json.loads(p.stdout) if p.returncode == 0 else {"layers": []}
+        q = [l for l in doc["layers"] if l["status"] == "quantized"]
+        check(len(q) == 7 and all(l["selection"]["winner"] == "cpu_w4a16" for l in q), f"explain {fmt} selects cpu_w4a16 for 7 layers", p)
+        check(any(l["name"] == "lm_head" and l["status"] == "unquantized" for l in doc["layers"]), f"explain {fmt} reports lm_head unquantized")
+        p = run(["run", "--model", out, "--batch", "4", "--check", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+        doc = json.loads(p.stdout) if p.returncode == 0 else {"layers": []}
+        ran = [l for l in doc["layers"] if l.get("check")]
+        check(p.returncode == 0 and len(ran) == 7, f"run --check {fmt}: 7 layers match the reference", p)
+    # A pin that cannot run the model fails with the trace, layer by layer.
+    p = run(["run", "--model", os.path.join(tmp, "gptq")], NIBBLE_PLUGIN_PATH=f"{CPU_DIR}:{TEST_DIR}", NIBBLE_BACKEND="test_no_device")
+    check(p.returncode != 0 and "no test device present" in p.stdout, "run with a pinned backend without device explains why", p)
+
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

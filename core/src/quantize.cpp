@@ -296,7 +296,8 @@ void quantize_model_dir(const fs::path& in, const fs::path& out, const QuantizeO
     auto j = nlohmann::json::parse(idx);
     for (const auto& [name, file] : j.at("weight_map").items()) names.push_back(name);
   } else {
-    for (const auto& t : SafetensorsFile::open(in / "model.safetensors")->tensors()) names.push_back(t.name);
+    auto file = SafetensorsFile::open(in / "model.safetensors");  // kept alive across the loop
+    for (const auto& t : file->tensors()) names.push_back(t.name);
   }
   std::sort(names.begin(), names.end(), natural_less);
   prepare_out_dir(out);
