@@ -54,6 +54,17 @@ std::string nibble::test::skip_reason() {
     return {};  // the test case below fails with the reason
   }
   if (!b->probe().available) return name + ": " + b->probe().message;
+  // A variant run (NIBBLE_TEST_REQUIRE_KERNEL) checks that the forced kernel is really the one
+  // that runs; where this CPU cannot run it, the variant is skipped rather than passed.
+  if (const std::string want = test::env_or("NIBBLE_TEST_REQUIRE_KERNEL"); !want.empty()) {
+    LinearSpec s;
+    s.name = "probe"; s.k = 64; s.n = 16; s.group_size = 32; s.act_dtype = DType::f16; s.scale_dtype = DType::f16;
+    std::string got = b->prepare(random_canonical(s, 1))->kernel_name(1);
+    std::string norm = got;
+    for (auto& c : norm) c = c == '-' ? '_' : c;
+    if (norm.find(want) == std::string::npos && !(want == "onednn" && norm.rfind("onednn", 0) == 0))
+      return name + ": kernel " + want + " is not available on this machine (it runs " + got + ")";
+  }
   return {};
 }
 

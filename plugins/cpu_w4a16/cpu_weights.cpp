@@ -1,3 +1,4 @@
+// process_weights of cpu_w4a16: canonical form -> the tile-major layout of cpu_weights.h.
 #include "cpu_weights.h"
 
 #include <algorithm>
@@ -11,65 +12,91 @@ namespace nibble::cpu {
 
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
-  if (s.weight_type == NIBBLE_WT_UINT4 && !w.zeros)
-    throw std::invalid_argument("tensor 'zeros' is missing for a uint4 layer");
+  if (s.weight_type == NIBBLE_WT_UINT4 && !w.zeros) throw std::invalid_argument("tensor 'zeros' is missing for a uint4 layer");
   if (s.act_order && !w.g_idx) throw std::invalid_argument("tensor 'g_idx' is missing for an act-order layer");
   if (s.has_bias && !w.bias) throw std::invalid_argument("tensor 'bias' is missing");
 
   CpuWeights cw;
-  cw.k = s.k;
-  cw.n = s.n;
-  const int64_t G = s.group_size <= 0 ? s.k : s.group_size;
-  cw.groups = nibble_spec_num_groups(&s);
+  const int64_t K = s.k, N = s.n;
+  const int64_t G = s.group_size <= 0 ? K : s.group_size;
+  const int64_t ng = nibble_spec_num_groups(&s);
+  cw.k = K;
+  cw.n = N;
+  cw.groups = ng;
   cw.act_dtype = s.act_dtype;
-  const int64_t K = s.k, N = s.n, ng = cw.groups;
+  cw.tiles = (N + kTileN - 1) / kTileN;
 
-  // Group of every canonical row, and the order that makes groups contiguous.
-  std::vector<int32_t> group(static_cast<size_t>(K));
+  // Rows of each group, in canonical order within the group.
+  std::vector<std::vector<int32_t>> members(static_cast<size_t>(ng));
   for (int64_t k = 0; k < K; ++k) {
     const int64_t g = s.act_order ? w.g_idx[k] : k / G;
     if (g < 0 || g >= ng)
-      throw std::invalid_argument("tensor 'g_idx': value " + std::to_string(g) + " at row " +
-                                  std::to_string(k) + " outside [0, " + std::to_string(ng) + ")");
-    group[size_t(k)] = int32_t(g);
+      throw std::invalid_argument("tensor 'g_idx': value " + std::to_string(g) + " at row " + std::to_string(k) +
+                                  " outside [0, " + std::to_string(ng) + ")");
+    members[size_t(g)].push_back(int32_t(k));
   }
-  std::vector<int32_t> order(static_cast<size_t>(K));
-  std::iota(order.begin(), order.end(), 0);
-  if (s.act_order) {
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return group[size_t(a)] < group[size_t(b)]; });
-    bool identity = true;
-    for (int64_t i = 0; i < K; ++i) identity &= order[size_t(i)] == i;
-    if (!identity) cw.perm = order;
+  cw.group_line.assign(size_t(ng + 1), 0);
+  for (int64_t g = 0; g < ng; ++g) {
+    auto& rows = members[size_t(g)];
+    for (int32_t r : rows) cw.row_src.push_back(r);
+    while (cw.row_src.size() % 8) cw.row_src.push_back(-1);  // pad the group to whole lines
+    cw.group_line[size_t(g + 1)] = int64_t(cw.row_src.size() / 8);
   }
-  cw.group_start.assign(size_t(ng + 1), 0);
-  for (int64_t k = 0; k < K; ++k) cw.group_start[size_t(group[size_t(k)] + 1)]++;
-  for (int64_t g = 0; g < ng; ++g) cw.group_start[size_t(g + 1)] += cw.group_start[size_t(g)];
+  cw.lines = int64_t(cw.row_src.size() / 8);
+  for (int64_t r = 0; r < int64_t(cw.row_src.size()); ++r)
+    cw.identity_rows &= (r < K ? cw.row_src[size_t(r)] == r : cw.row_src[size_t(r)] == -1);
 
-  const int64_t k8 = (K + 7) / 8;
-  cw.q.assign(size_t(k8 * N), 0);
-  if (cw.perm.empty()) {
-    std::copy(w.qweight, w.qweight + k8 * N, cw.q.begin());
-  } else {
-    for (int64_t i = 0; i < K; ++i) {
-      const int64_t src = cw.perm[size_t(i)];
-      for (int64_t c = 0; c < N; ++c) {
-        const uint32_t code = (w.qweight[(src / 8) * N + c] >> (4 * (src % 8))) & 0xfu;
-        cw.q[size_t((i / 8) * N + c)] |= code << (4 * (i % 8));
+  // Codes, tile-major. Fast path: rows not reordered, so each canonical word is a line's word.
+  cw.q.assign(size_t(cw.tiles * cw.lines * kTileN), 0);
+  for (int64_t t = 0; t < cw.tiles; ++t) {
+    uint32_t* dst = cw.q.data() + t * cw.lines * kTileN;
+    const int64_t c0 = t * kTileN, nc = std::min(kTileN, N - c0);
+    if (cw.identity_rows) {
+      const int64_t k8 = (K + 7) / 8;
+      for (int64_t l = 0; l < std::min(cw.lines, k8); ++l)
+        std::copy(w.qweight + l * N + c0, w.qweight + l * N + c0 + nc, dst + l * kTileN);
+    } else {
+      for (int64_t r = 0; r < cw.lines * 8; ++r) {
+        const int32_t src = cw.row_src[size_t(r)];
+        if (src < 0) continue;
+        const uint32_t* srow = w.qweight + (src / 8) * N + c0;
+        const int shift_in = 4 * (src % 8), shift_out = int(4 * (r % 8));
+        uint32_t* drow = dst + (r / 8) * kTileN;
+        for (int64_t c = 0; c < nc; ++c) drow[c] |= ((srow[c] >> shift_in) & 0xfu) << shift_out;
       }
     }
   }
+  // Canonical rows past K inside the last word are zero (the canonical form guarantees it), and
+  // the matching x entries are zero too, so padding contributes nothing.
 
-  cw.scales.resize(size_t(ng * N));
-  cw.zeros.resize(size_t(ng * N));
-  for (int64_t i = 0; i < ng * N; ++i) {
-    cw.scales[size_t(i)] = float(load_float(w.scales, DType(s.scale_dtype), size_t(i)));
-    cw.zeros[size_t(i)] = s.weight_type == NIBBLE_WT_UINT4 ? float(w.zeros[i]) : 8.0f;
-  }
+  cw.scales.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
+  cw.zeros.assign(size_t(cw.tiles * ng * kTileN), 8.0f);
+  for (int64_t g = 0; g < ng; ++g)
+    for (int64_t c = 0; c < N; ++c) {
+      const size_t o = size_t(((c / kTileN) * ng + g) * kTileN + c % kTileN);
+      cw.scales[o] = float(load_float(w.scales, DType(s.scale_dtype), size_t(g * N + c)));
+      cw.zeros[o] = s.weight_type == NIBBLE_WT_UINT4 ? float(w.zeros[g * N + c]) : 8.0f;
+    }
   if (s.has_bias) {
     cw.bias.resize(size_t(N));
     for (int64_t i = 0; i < N; ++i) cw.bias[size_t(i)] = float(load_float(w.bias, DType(s.act_dtype), size_t(i)));
   }
   return cw;
+}
+
+void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line1, float* dst) {
+  const uint32_t* q = w.tile_codes(t);
+  const float* s = w.tile_scales(t);
+  const float* z = w.tile_zeros(t);
+  int64_t g = 0;
+  for (int64_t l = line0; l < line1; ++l) {
+    while (w.group_line[size_t(g + 1)] <= l) ++g;
+    for (int j = 0; j < 8; ++j) {
+      float* row = dst + ((l - line0) * 8 + j) * kTileN;
+      for (int64_t c = 0; c < kTileN; ++c)
+        row[c] = s[g * kTileN + c] * (float((q[l * kTileN + c] >> (4 * j)) & 0xfu) - z[g * kTileN + c]);
+    }
+  }
 }
 
 }  // namespace nibble::cpu

@@ -2,30 +2,68 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "nibble/plugin_abi.h"
 
 namespace nibble::cpu {
 
-/// Prepared weights of one layer.
+/// A std::allocator that returns 64-byte (cache line) aligned memory.
+template <class T>
+struct CacheAligned {
+  using value_type = T;
+  CacheAligned() = default;
+  template <class U>
+  CacheAligned(const CacheAligned<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    void* p = ::operator new(n * sizeof(T), std::align_val_t(64));
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const CacheAligned<U>&) const noexcept { return true; }
+};
+
+/// Columns per tile: one 512-bit register of fp32 lanes.
+constexpr int64_t kTileN = 16;
+
+/// Prepared weights of one layer, laid out for the kernels.
 ///
-/// Rows of K are reordered so that every group is one contiguous run of rows (act order is
-/// resolved here, once, by sorting rows by g_idx; apply() gathers x in the same order). Codes keep
-/// the canonical packing along K (u32 [ceil(K/8), N], nibble j of word row r = permuted row 8r+j).
+/// Rows. K is reordered so that every group is one contiguous run of rows (act order is resolved
+/// here, once, by sorting rows by g_idx), and every group is padded with zero rows to a multiple of
+/// 8, so that a "line" of 8 rows never straddles two groups. `row_src[r]` is the canonical row of
+/// padded row r, or -1 for padding (apply() gathers x through it, with 0 for padding).
+///
+/// Codes. Tile-major: tile t (columns 16t .. 16t+15) is `lines` consecutive 64-byte lines, line l
+/// holding 16 u32 words, word c = the 8 codes of rows 8l .. 8l+7 of column 16t + c (nibble j = row
+/// 8l + j). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
+/// multiple of 16 with zero codes and zero scales.
+///
+/// Scales and zero points. f32 [tiles][groups][16], also tile-major.
 struct CpuWeights {
   int64_t k = 0, n = 0, groups = 0;
+  int64_t tiles = 0, lines = 0;     ///< tiles = ceil(N/16); lines = padded rows / 8
   int32_t act_dtype = NIBBLE_DTYPE_F16;
-  std::vector<uint32_t> q;          ///< [ceil(K/8), N] codes of the permuted rows
-  std::vector<float> scales;        ///< [groups, N]
-  std::vector<float> zeros;         ///< [groups, N] zero point (8 for uint4b8)
-  std::vector<int64_t> group_start; ///< [groups + 1] first permuted row of each group
-  std::vector<int32_t> perm;        ///< permuted row i is canonical row perm[i]; empty = identity
+  std::vector<int64_t> group_line;  ///< [groups + 1] first line of each group
+  std::vector<int32_t> row_src;     ///< [lines * 8] canonical row of each padded row, -1 = padding
+  bool identity_rows = true;        ///< row_src[r] == r for r < K (no act order, no padding inside)
+  std::vector<uint32_t, CacheAligned<uint32_t>> q;  ///< [tiles][lines][16], each line 64-byte aligned
+  std::vector<float> scales;        ///< [tiles][groups][16]
+  std::vector<float> zeros;         ///< [tiles][groups][16], 8 for uint4b8
   std::vector<float> bias;          ///< [N] or empty
+
+  const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
+  const float* tile_scales(int64_t t) const { return scales.data() + t * groups * kTileN; }
+  const float* tile_zeros(int64_t t) const { return zeros.data() + t * groups * kTileN; }
 };
 
 /// Builds CpuWeights from the canonical form (host memory). Throws std::invalid_argument with a
 /// message naming the tensor on inconsistent input.
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w);
+
+/// Dequantizes rows [line0*8, line1*8) x columns of tile t into dst [rows][16] (f32), for the
+/// oneDNN path and for tests of the layout.
+void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line1, float* dst);
 
 }  // namespace nibble::cpu

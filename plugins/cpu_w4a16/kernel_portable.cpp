@@ -1,13 +1,15 @@
-// The portable kernel: plain C++ that the compiler vectorizes; the fallback on any CPU and the
-// reference the SIMD kernels are tested against.
+// The portable kernel: plain C++ over the tile layout; the fallback on any CPU and the baseline
+// the SIMD kernels are tested against (tests/test_cpu_kernels.cpp).
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <vector>
+#include <cstring>
+#include <string>
 
 #include "kernels.h"
+#include "nibble/dtype.h"
 
 namespace nibble::cpu {
 
@@ -16,7 +18,7 @@ std::atomic<int> g_threads{0};
 }
 
 int num_threads() {
-  int t = g_threads.load(std::memory_order_relaxed);
+  const int t = g_threads.load(std::memory_order_relaxed);
   if (t > 0) return t;
   if (const char* env = std::getenv("NIBBLE_NUM_THREADS")) {
     const int v = std::atoi(env);
@@ -27,37 +29,78 @@ int num_threads() {
 
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
-void matmul_portable(const CpuWeights& w, const float* x, int64_t m, float* y) {
-  constexpr int64_t kTileN = 64;  // columns per task: one cache line of 16 u32 words x 4
-  constexpr int64_t kRows = 4;    // activation rows per pass over a weight tile
-  const int64_t N = w.n, K = w.k;
-  const int64_t tiles = (N + kTileN - 1) / kTileN;
-#pragma omp parallel for schedule(static) num_threads(num_threads())
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t n0 = t * kTileN, nt = std::min(kTileN, N - n0);
-    float acc[kRows][kTileN], out[kRows][kTileN], wq[kTileN];
-    for (int64_t m0 = 0; m0 < m; m0 += kRows) {
-      const int64_t mr = std::min(kRows, m - m0);
-      for (int64_t r = 0; r < mr; ++r) std::fill(out[r], out[r] + nt, 0.0f);
-      for (int64_t g = 0; g < w.groups; ++g) {
-        for (int64_t r = 0; r < mr; ++r) std::fill(acc[r], acc[r] + nt, 0.0f);
-        const float* z = &w.zeros[size_t(g * N + n0)];
-        for (int64_t k = w.group_start[size_t(g)]; k < w.group_start[size_t(g + 1)]; ++k) {
-          const uint32_t* qrow = &w.q[size_t((k / 8) * N + n0)];
-          const int shift = int(4 * (k % 8));
-          for (int64_t c = 0; c < nt; ++c) wq[c] = float((qrow[c] >> shift) & 0xfu) - z[c];
-          for (int64_t r = 0; r < mr; ++r) {
-            const float xv = x[(m0 + r) * K + k];
-            for (int64_t c = 0; c < nt; ++c) acc[r][c] += xv * wq[c];
-          }
-        }
-        const float* s = &w.scales[size_t(g * N + n0)];
-        for (int64_t r = 0; r < mr; ++r)
-          for (int64_t c = 0; c < nt; ++c) out[r][c] += s[c] * acc[r][c];
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int64_t rb, float* xp, float* xs) {
+  const DType dt = DType(dtype);
+  const int64_t blocks = (m + rb - 1) / rb;
+  std::fill(xp, xp + blocks * w.lines * rb * 8, 0.0f);
+  std::fill(xs, xs + blocks * w.groups * rb, 0.0f);
+  for (int64_t r = 0; r < m; ++r) {
+    float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;  // element (line l, j) at dst[l * rb * 8 + j]
+    float* sums = xs + (r / rb) * w.groups * rb + (r % rb);
+    for (int64_t g = 0; g < w.groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t i = w.group_line[size_t(g)] * 8; i < w.group_line[size_t(g + 1)] * 8; ++i) {
+        const int32_t src = w.row_src[size_t(i)];
+        const float v = src < 0 ? 0.0f : float(load_float(x, dt, size_t(r * w.k + src)));
+        dst[(i / 8) * rb * 8 + i % 8] = v;
+        sum += v;
       }
-      for (int64_t r = 0; r < mr; ++r) std::copy(out[r], out[r] + nt, y + (m0 + r) * N + n0);
+      sums[g * rb] = sum;
     }
   }
+}
+
+void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
+  const CpuWeights& w = *a.w;
+  const int64_t ldy = w.tiles * kTileN;
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint32_t* q = w.tile_codes(t);
+    const float* s = w.tile_scales(t);
+    const float* z = w.tile_zeros(t);
+    for (int64_t r = 0; r < a.m; ++r) {
+      float out[kTileN] = {0}, acc[kTileN];
+      const float* x = a.xp + (r / a.rb) * w.lines * a.rb * 8 + (r % a.rb) * 8;
+      for (int64_t g = 0; g < w.groups; ++g) {
+        std::fill(acc, acc + kTileN, 0.0f);
+        for (int64_t l = w.group_line[size_t(g)]; l < w.group_line[size_t(g + 1)]; ++l)
+          for (int j = 0; j < 8; ++j) {
+            const float xv = x[l * a.rb * 8 + j];
+            for (int64_t c = 0; c < kTileN; ++c)
+              acc[c] += xv * (float((q[l * kTileN + c] >> (4 * j)) & 0xfu) - z[g * kTileN + c]);
+          }
+        for (int64_t c = 0; c < kTileN; ++c) out[c] += s[g * kTileN + c] * acc[c];
+      }
+      std::memcpy(a.y + r * ldy + t * kTileN, out, sizeof out);
+    }
+  }
+}
+
+IsaChoice fused_kernel_named(const char* name) {
+  const std::string n = name;
+  if (n == "avx512") {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+      return {fused_avx512, "avx512", 8};
+    return {nullptr, "this CPU lacks AVX-512 F/BW/VL/DQ", 0};
+  }
+  if (n == "avx2") {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {fused_avx2, "avx2", 3};
+    return {nullptr, "this CPU lacks AVX2 and FMA", 0};
+  }
+  if (n == "portable") return {fused_portable, "portable", 1};
+  return {nullptr, "unknown kernel (expected avx512, avx2 or portable)", 0};
+}
+
+IsaChoice best_fused_kernel() {
+  if (const char* forced = std::getenv("NIBBLE_CPU_ISA"); forced && *forced) {
+    IsaChoice c = fused_kernel_named(forced);
+    if (c.fn) return c;
+  }
+  for (const char* n : {"avx512", "avx2"}) {
+    IsaChoice c = fused_kernel_named(n);
+    if (c.fn) return c;
+  }
+  return {fused_portable, "portable", 1};
 }
 
 }  // namespace nibble::cpu

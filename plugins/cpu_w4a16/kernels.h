@@ -1,4 +1,5 @@
-// Matmul kernels of the cpu_w4a16 plugin.
+// Matmul kernels of the cpu_w4a16 plugin, one implementation per instruction set, all over the
+// layout of cpu_weights.h and chosen at run time by CPU features.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,44 @@ namespace nibble::cpu {
 int num_threads();
 void set_num_threads(int n);
 
-/// y[M, N] (f32) = x[M, K] (f32, rows already in the weights' permuted order) * W. Portable C++:
-/// dequantizes (q - z) exactly in fp32, accumulates each group in fp32 and applies the group's
-/// scale once. Bias is not added here.
-void matmul_portable(const CpuWeights& w, const float* x, int64_t m, float* y);
+/// The operands of one fused call, shared by every kernel. Rows of x are processed in blocks of
+/// `rb` rows (the kernel's register blocking); within a block, x is interleaved so that the values
+/// one line needs are contiguous (one base pointer, constant offsets: no address registers spill).
+///   xp  f32 [blocks][lines][rb][8]: x gathered into the weights' padded row order (0 for padding
+///       rows and for rows past m in the last block)
+///   xs  f32 [blocks][groups][rb]: the sum of each group's entries of xp (zero-point correction)
+///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)
+struct FusedArgs {
+  const CpuWeights* w;
+  const float* xp;
+  const float* xs;
+  int64_t m;
+  int64_t rb;  ///< rows per block (IsaChoice::rows)
+  float* y;
+  bool exact;  ///< f32 activations: form (q - z) exactly instead of the 1 + q/16 trick
+};
+
+/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`.
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int64_t rb, float* xp, float* xs);
+
+/// Computes tiles [t0, t1) of y for all m rows. One function per ISA (each in its own file,
+/// compiled with that ISA's flags).
+using FusedKernel = void (*)(const FusedArgs& a, int64_t t0, int64_t t1);
+void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1);
+void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
+void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1);
+
+/// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5).
+double read_bandwidth(size_t bytes, int threads);
+
+struct IsaChoice {
+  FusedKernel fn;
+  const char* name;  ///< "avx512", "avx2", "portable"
+  int64_t rows;      ///< rows per block of x (FusedArgs::rb)
+};
+/// The best kernel this CPU runs (NIBBLE_CPU_ISA=avx512|avx2|portable forces one, for tests).
+IsaChoice best_fused_kernel();
+/// A named kernel if this CPU can run it, else {nullptr, reason}.
+IsaChoice fused_kernel_named(const char* name);
 
 }  // namespace nibble::cpu

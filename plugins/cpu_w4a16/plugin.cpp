@@ -1,6 +1,11 @@
 // cpu_w4a16: the CPU backend plugin. This file is the ABI glue: capabilities, probe,
 // can_implement, process_weights, apply, host "device" memory and the oneDNN dense baseline.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <boost/dll/alias.hpp>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -8,6 +13,7 @@
 
 #include "cpu_weights.h"
 #include "dense_onednn.h"
+#include "kernel_onednn.h"
 #include "kernels.h"
 #include "nibble/dtype.h"
 #include "nibble/plugin_abi.h"
@@ -38,14 +44,32 @@ nibble_capabilities make_caps() {
 
 const nibble_capabilities kCaps = make_caps();
 
+// The measured crossover between the fused kernel and the oneDNN path (docs/benchmarks.md).
+constexpr int64_t kDefaultOnednnMinM = 64;
+
 struct Prepared {
   nibble_linear_spec spec;
   CpuWeights w;
+  IsaChoice kernel;
+  std::unique_ptr<OnednnPath> onednn;
 };
 
+// From this M on, the oneDNN path runs (measured: docs/benchmarks.md); NIBBLE_CPU_PATH=fused or
+// =onednn forces one path (for tests), the option "onednn_min_m" moves the crossover.
+std::atomic<int64_t> g_onednn_min_m{-1};
+
+int64_t onednn_min_m() {
+  const int64_t v = g_onednn_min_m.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  if (const char* path = std::getenv("NIBBLE_CPU_PATH")) {
+    if (std::strcmp(path, "onednn") == 0) return 1;
+    if (std::strcmp(path, "fused") == 0) return INT64_MAX;
+  }
+  return kDefaultOnednnMinM;
+}
+
 int32_t probe(char* msg, size_t cap) {
-  return fail(NIBBLE_OK, msg, cap, "%d threads, %s", num_threads(),
-              __builtin_cpu_supports("avx512f") ? "AVX-512" : __builtin_cpu_supports("avx2") ? "AVX2" : "portable");
+  return fail(NIBBLE_OK, msg, cap, "%d threads, %s kernels", num_threads(), best_fused_kernel().name);
 }
 
 int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
@@ -67,6 +91,8 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
       p->w = prepare_cpu_weights(*s, *w);
+      p->kernel = best_fused_kernel();
+      p->onednn = std::make_unique<OnednnPath>(p->w);
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
     }
@@ -75,13 +101,11 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-void to_float_rows(const void* src, int32_t dtype, int64_t m, int64_t k, const std::vector<int32_t>& perm, float* dst) {
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t from = perm.empty() ? i : perm[size_t(i)];
-      dst[r * k + i] = float(load_float(src, DType(dtype), size_t(r * k + from)));
-    }
-}
+// Per-call scratch, reused by the calling thread across calls.
+struct Scratch {
+  std::vector<float> xp, xs, y;
+};
+thread_local Scratch t_scratch;
 
 int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
   return guarded(msg, cap, [&]() -> int32_t {
@@ -91,14 +115,31 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, w.k, -1, msg, cap)) return st;
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
-    std::vector<float> xf(size_t(m * w.k)), yf(size_t(m * w.n));
-    to_float_rows(x->data, p.spec.act_dtype, m, w.k, w.perm, xf.data());
-    matmul_portable(w, xf.data(), m, yf.data());
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < w.n; ++c) {
-        const float v = yf[size_t(r * w.n + c)] + (w.bias.empty() ? 0.0f : w.bias[size_t(c)]);
-        store_float(y->data, DType(p.spec.act_dtype), size_t(r * w.n + c), v);
+    Scratch& sc = t_scratch;
+    const bool large = m >= onednn_min_m();
+    const int64_t rb = large ? 1 : p.kernel.rows, blocks = (m + rb - 1) / rb;
+    const int64_t ldy = large ? p.onednn->y_stride() : w.tiles * kTileN;
+    sc.xp.resize(size_t(blocks * w.lines * rb * 8));
+    sc.xs.resize(size_t(blocks * w.groups * rb));
+    sc.y.resize(size_t(m * ldy));
+    gather_x(w, x->data, p.spec.act_dtype, m, rb, sc.xp.data(), sc.xs.data());
+    if (large) {
+      p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
+    } else {
+      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32};
+      const FusedKernel kernel = p.kernel.fn;
+      const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
+#pragma omp parallel num_threads(threads)
+      {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int64_t t0 = w.tiles * id / nt, t1 = w.tiles * (id + 1) / nt;
+        kernel(args, t0, t1);
       }
+    }
+    const DType dt = DType(p.spec.act_dtype);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < w.n; ++c)
+        store_float(y->data, dt, size_t(r * w.n + c), sc.y[size_t(r * ldy + c)] + (w.bias.empty() ? 0.0f : w.bias[size_t(c)]));
     return NIBBLE_OK;
   });
 }
@@ -129,7 +170,15 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
     set_num_threads(int(v));
     return NIBBLE_OK;
   }
-  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: num_threads)", key);
+  if (std::strcmp(key, "onednn_min_m") == 0) {
+    char* end = nullptr;
+    const long long v = std::strtoll(value, &end, 10);
+    if (!end || *end || v < 0)
+      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "onednn_min_m: expected an integer >= 0 (0 = default), found '%s'", value);
+    g_onednn_min_m.store(v == 0 ? -1 : v, std::memory_order_relaxed);
+    return NIBBLE_OK;
+  }
+  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: num_threads, onednn_min_m)", key);
 }
 
 struct Dense {
@@ -167,8 +216,20 @@ int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor
 
 void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
 
-int32_t describe_kernel(const nibble_prepared*, int64_t, char* msg, size_t cap) {
-  return fail(NIBBLE_OK, msg, cap, "portable");
+int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
+  if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
+  const auto& p = *reinterpret_cast<const Prepared*>(h);
+  if (m >= onednn_min_m()) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
+  return fail(NIBBLE_OK, msg, cap, "fused-%s", p.kernel.name);
+}
+
+// Read bandwidth: every thread streams its share of a buffer with 512-bit (or 256-bit) loads.
+int32_t measure_bandwidth(size_t bytes, void*, double* bps, char* msg, size_t cap) {
+  return guarded(msg, cap, [&]() -> int32_t {
+    if (!bps) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null output");
+    *bps = read_bandwidth(std::max<size_t>(bytes, size_t(64) << 20), num_threads());
+    return NIBBLE_OK;
+  });
 }
 
 const nibble_plugin_api kApi = {
@@ -195,6 +256,7 @@ const nibble_plugin_api kApi = {
     /* .dense_release = */ dense_release,
     /* .time_device = */ nullptr,
     /* .describe_kernel = */ describe_kernel,
+    /* .measure_bandwidth = */ measure_bandwidth,
 };
 
 }  // namespace

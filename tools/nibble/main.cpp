@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "bench.h"
 #include "cli.h"
 
 
@@ -70,6 +71,22 @@ int main(int argc, char** argv) {
   quantize->add_option("--seed", qc.seed, "Seed of random weights")->capture_default_str();
   quantize->add_option("--shard-mb", qc.shard_mb, "Shard the safetensors into files of at most this many MiB");
 
+  BenchOptions bo;
+  auto* bench = app.add_subcommand("bench", "Kernel timings against the roofline and the dense baseline, measured in the same run");
+  bench->add_option("--backend", bo.backends, "Backends to measure, comma-separated (default: the registry's choice)");
+  bench->add_option("--config", common.config, "Policy TOML file (else NIBBLE_CONFIG)");
+  bench->add_option("--shapes", bo.shapes, "Presets (llama3-8b, llama3-70b) or KxN, comma-separated")->capture_default_str();
+  bench->add_option("--m", bo.m_list, "Values of M, comma-separated")->capture_default_str();
+  bench->add_option("--g", bo.group, "Group size")->capture_default_str();
+  bench->add_option("--dtype", bo.dtype, "Activation dtype (default: bf16 on CPUs, f16 on GPUs)");
+  bench->add_flag("--asym", bo.asym, "Asymmetric weights (zero points); default uint4b8");
+  bench->add_option("--iters", bo.iters, "Timed repetitions per point (default: adaptive)");
+  bench->add_option("--budget", bo.budget_s, "Seconds of timing per point when adaptive")->capture_default_str();
+  bench->add_option("--rotate-mb", bo.rotate_mb, "Rotate weight copies totalling at least this many MiB")->capture_default_str();
+  bench->add_option("--json", bo.json_path, "Write the results as JSON to this file");
+  bench->add_option("--svg", bo.svg_path, "Write a plot (% of roofline vs M) to this file");
+  bench->add_flag("--no-dense", bo.no_dense, "Skip the dense baseline");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -82,6 +99,10 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(common, model);
     if (*verify) return cmd_verify(common, model);
     if (*quantize) return cmd_quantize(common, qc);
+    if (*bench) {
+      for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i == 0 ? "nibble" : argv[i]);
+      return cmd_bench(common, bo);
+    }
   } catch (const nibble::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "nibble: {}: {}\n", nibble::errc_name(e.code()), e.what());

@@ -255,7 +255,17 @@ typedef struct nibble_plugin_api {
   /** Name of the kernel variant apply() would pick for this M on this prepared weight (for
    *  benchmarks and traces), written into msg. May be NULL. */
   int32_t (*describe_kernel)(const nibble_prepared* w, int64_t m, char* msg, size_t msg_cap);
+
+  /* ---- appended in revision 1.1 (read only when struct_size covers them; may be NULL) ---- */
+  /** Memory bandwidth the device sustains, as the plugin's fastest streaming code achieves it over
+   *  a buffer of `bytes`, in bytes per second: the "BW" of the roofline. CPU plugins report read
+   *  bandwidth; GPU plugins a device-to-device copy counting bytes read plus bytes written. */
+  int32_t (*measure_bandwidth)(size_t bytes, void* stream, double* bytes_per_second, char* msg, size_t msg_cap);
 } nibble_plugin_api;
+
+/** True if plugin struct `api` (of api->struct_size bytes) has field `field` (a revision check). */
+#define NIBBLE_API_HAS(api, field) \
+  ((api)->struct_size >= offsetof(nibble_plugin_api, field) + sizeof((api)->field) && (api)->field != NULL)
 
 /** Size of the first release of ABI version 1; a smaller struct_size is refused. */
 #define NIBBLE_PLUGIN_API_V1_SIZE (offsetof(nibble_plugin_api, describe_kernel) + sizeof(void*))

@@ -1,0 +1,48 @@
+// The fused kernel with AVX2 + FMA: a 16-column tile row is two ymm registers.
+#include <immintrin.h>
+
+#include "kernel_fused_impl.h"
+
+namespace nibble::cpu {
+
+namespace {
+
+struct Avx2 {
+  struct V { __m256 lo, hi; };
+  struct W { __m256i lo, hi; };
+  static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
+  static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }
+  static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v.lo); _mm256_storeu_ps(p + 8, v.hi); }
+  static W load_codes(const uint32_t* p) {
+    return {_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 8))};
+  }
+  static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+  static V add(V a, V b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  static V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static V fmadd(V a, V b, V c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+  static V fnmadd(V a, V b, V c) { return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)}; }
+  template <int J>
+  static __m256 trick1(__m256i w) {
+    __m256i moved;
+    if constexpr (J <= 4) moved = _mm256_slli_epi32(w, 19 - 4 * J);
+    else moved = _mm256_srli_epi32(w, 4 * J - 19);
+    return _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(moved, _mm256_set1_epi32(0xf << 19)), _mm256_set1_epi32(0x3f800000)));
+  }
+  template <int J>
+  static V trick(const W& w) { return {trick1<J>(w.lo), trick1<J>(w.hi)}; }
+  template <int J>
+  static __m256 exact1(__m256i w, __m256 z) {
+    return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 4 * J), _mm256_set1_epi32(0xf))), z);
+  }
+  template <int J>
+  static V exact(const W& w, const V& z) { return {exact1<J>(w.lo, z.lo), exact1<J>(w.hi, z.hi)}; }
+};
+
+}  // namespace
+
+void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2>(a, t0, t1); }
+
+}  // namespace nibble::cpu

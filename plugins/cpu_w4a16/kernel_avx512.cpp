@@ -1,0 +1,44 @@
+// The fused kernel with AVX-512 (F, BW, VL, DQ): one zmm is one 16-column tile row.
+#include <immintrin.h>
+
+#include "kernel_fused_impl.h"
+
+namespace nibble::cpu {
+
+namespace {
+
+struct Avx512 {
+  using V = __m512;
+  using W = __m512i;
+  static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + temporaries fit 32 zmm
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float f) { return _mm512_set1_ps(f); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static W load_codes(const uint32_t* p) { return _mm512_load_si512(p); }
+  static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  // 1 + q_J / 16: nibble J moved to mantissa bits 19..22, then (x & mask) | 1.0f in one vpternlogd.
+  template <int J>
+  static V trick(W w) {
+    W moved;
+    if constexpr (J <= 4) moved = _mm512_slli_epi32(w, 19 - 4 * J);
+    else moved = _mm512_srli_epi32(w, 4 * J - 19);
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(moved, _mm512_set1_epi32(0xf << 19), _mm512_set1_epi32(0x3f800000), 0xea));
+  }
+  template <int J>
+  static V exact(W w, V z) {
+    const W q = _mm512_and_si512(_mm512_srli_epi32(w, 4 * J), _mm512_set1_epi32(0xf));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(q), z);
+  }
+};
+
+}  // namespace
+
+void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx512>(a, t0, t1); }
+
+}  // namespace nibble::cpu

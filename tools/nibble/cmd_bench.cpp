@@ -1,0 +1,343 @@
+// nibble bench: per shape and M, the kernel's median time, bandwidth, FLOP rate, % of the roofline
+// and ratio to the plugin's dense baseline, all measured in one run; every kernel is checked
+// against the reference first.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "bench.h"
+#include "nibble/quantize.h"
+
+namespace nibble::cli {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+struct Shape2 {
+  std::string name;
+  int64_t k, n;
+};
+
+std::vector<Shape2> parse_shapes(const std::string& spec) {
+  std::vector<Shape2> out;
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    std::size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    if (auto x = item.find('x'); x != std::string::npos && std::isdigit(uint8_t(item[0]))) {
+      const int64_t k = std::stoll(item.substr(0, x)), n = std::stoll(item.substr(x + 1));
+      if (k <= 0 || n <= 0) throw Error(Errc::invalid_argument, fmt::format("--shapes: bad shape '{}'", item));
+      out.push_back({item, k, n});
+      continue;
+    }
+    // A preset: its distinct (K, N) pairs, as in PERF.md.
+    const std::string preset = item.ends_with("-fused") ? item : item + "-fused";
+    for (const auto& l : preset_layers(preset, 1)) {
+      const std::string name = fmt::format("{}x{}", l.k, l.n);
+      if (std::none_of(out.begin(), out.end(), [&](const Shape2& s) { return s.name == name; }))
+        out.push_back({name, l.k, l.n});
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_ms(const std::string& spec) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    std::size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    if (end > start) {
+      const int64_t m = std::stoll(spec.substr(start, end - start));
+      if (m < 1) throw Error(Errc::invalid_argument, fmt::format("--m: expected values >= 1, found {}", m));
+      out.push_back(m);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+// Times fn(i) (call i of a rotation) and returns the median microseconds of one call.
+template <class Fn>
+double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s) {
+  fn(0);  // warm-up
+  b.sync();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn(1 % copies);
+  b.sync();
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int reps = fixed_iters > 0 ? fixed_iters : int(std::clamp(budget_s / std::max(first, 1e-7), 3.0, 200.0));
+  std::vector<double> us;
+  if (b.api().time_device) {
+    // Device timers around a whole rotation (one batch of `copies` calls), reported per call.
+    struct Ctx { Fn* fn; } ctx{&fn};
+    auto tramp = [](void* c, int32_t i) { (*static_cast<Ctx*>(c)->fn)(i); };
+    const int batch = std::max(1, copies);
+    reps = std::max(3, reps / batch);
+    for (int r = 0; r < reps; ++r) {
+      double ms = 0;
+      char msg[512] = {0};
+      if (b.api().time_device(tramp, &ctx, batch, nullptr, &ms, msg, sizeof msg) != NIBBLE_OK)
+        throw Error(Errc::device, fmt::format("backend {}: time_device failed: {}", b.name(), msg));
+      us.push_back(ms * 1e3 / batch);
+    }
+  } else {
+    for (int r = 0; r < reps; ++r) {
+      const auto s = std::chrono::steady_clock::now();
+      fn(r % copies);
+      b.sync();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s).count());
+    }
+  }
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
+double measure_bandwidth(Backend& b) {
+  const std::size_t bytes = std::size_t(1) << 30;
+  if (NIBBLE_API_HAS(&b.api(), measure_bandwidth)) {
+    double bps = 0;
+    char msg[512] = {0};
+    if (b.api().measure_bandwidth(bytes, nullptr, &bps, msg, sizeof msg) == NIBBLE_OK && bps > 0) return bps;
+  }
+  // Fallback: a device-to-device copy, counting bytes read and written.
+  DeviceBuffer a = b.alloc(bytes), c = b.alloc(bytes);
+  b.copy(c.get(), a.get(), bytes, NIBBLE_COPY_DEVICE_TO_DEVICE);
+  b.sync();
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.copy(c.get(), a.get(), bytes, NIBBLE_COPY_DEVICE_TO_DEVICE);
+    b.sync();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(bytes) / best;
+}
+
+struct DenseHandle {
+  Backend* b = nullptr;
+  nibble_dense* h = nullptr;
+  DenseHandle() = default;
+  DenseHandle(DenseHandle&& o) noexcept : b(o.b), h(o.h) { o.h = nullptr; }
+  ~DenseHandle() { if (h) b->api().dense_release(h); }
+};
+
+// A dense baseline handle for a [K, N] weight, or an empty handle with the reason.
+DenseHandle make_dense(Backend& b, const LinearSpec& spec, const Tensor& weight_kn, std::string& why) {
+  DenseHandle d;
+  d.b = &b;
+  if (!b.api().dense_prepare) {
+    why = "the plugin has no dense baseline";
+    return d;
+  }
+  const nibble_linear_spec s = spec.to_abi();
+  char msg[1024] = {0};
+  if (b.api().dense_prepare(&s, weight_kn.data(), nullptr, &d.h, msg, sizeof msg) != NIBBLE_OK) {
+    why = msg;
+    d.h = nullptr;
+  }
+  return d;
+}
+
+void dense_apply(const DenseHandle& d, const void* x, void* y, int64_t m, const LinearSpec& s) {
+  nibble_tensor tx{const_cast<void*>(x), int32_t(s.act_dtype), 2, {m, s.k, 0, 0}};
+  nibble_tensor ty{y, int32_t(s.act_dtype), 2, {m, s.n, 0, 0}};
+  char msg[1024] = {0};
+  if (d.b->api().dense_apply(d.h, &tx, &ty, nullptr, msg, sizeof msg) != NIBBLE_OK)
+    throw Error(Errc::plugin, fmt::format("backend {}: dense baseline failed: {}", d.b->name(), msg));
+}
+
+// Checks a sample of y (a few rows, 64 columns spread over N) against the reference.
+Comparison check_sample(const CanonicalLinear& w, const Tensor& x, const Tensor& y) {
+  const int64_t m = x.dim(0), K = w.spec.k, N = w.spec.n;
+  std::vector<int64_t> rows, cols;
+  for (int64_t r = 0; r < std::min<int64_t>(m, 4); ++r) rows.push_back(r);
+  if (m > 4) rows.push_back(m - 1);
+  const int64_t nc = std::min<int64_t>(N, 64);
+  for (int64_t c = 0; c < nc; ++c) cols.push_back(c * N / nc + (c * 7) % std::max<int64_t>(1, N / nc));
+  Tensor got = Tensor::zeros(DType::f64, {int64_t(rows.size()), nc}), ref = got.clone(), mag = got.clone();
+  for (std::size_t ci = 0; ci < cols.size(); ++ci) {
+    const int64_t n = cols[ci];
+    std::vector<double> wcol(static_cast<std::size_t>(K));
+    for (int64_t k = 0; k < K; ++k) wcol[std::size_t(k)] = w.weight(k, n);
+    for (std::size_t ri = 0; ri < rows.size(); ++ri) {
+      const int64_t r = rows[ri];
+      double acc = w.bias.empty() ? 0 : w.bias.at(std::size_t(n)), a = std::fabs(acc);
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = x.at(std::size_t(r * K + k)) * wcol[std::size_t(k)];
+        acc += t, a += std::fabs(t);
+      }
+      const std::size_t o = ri * std::size_t(nc) + ci;
+      got.mutable_data_as<double>()[o] = y.at(std::size_t(r * N + n));
+      ref.mutable_data_as<double>()[o] = acc;
+      mag.mutable_data_as<double>()[o] = a;
+    }
+  }
+  return compare_to_reference(got, ref, mag, w.spec.act_dtype);
+}
+
+}  // namespace
+
+int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
+  auto reg = open_registry();
+  const auto shapes = parse_shapes(opt.shapes);
+  const auto ms = parse_ms(opt.m_list);
+  const bool tty = isatty(fileno(stderr));
+  std::vector<std::shared_ptr<Backend>> backends;
+  {
+    std::string list = opt.backends.empty() ? o.backend : opt.backends;
+    if (list.empty()) {
+      LinearSpec probe_spec;
+      probe_spec.k = 4096; probe_spec.n = 4096; probe_spec.group_size = opt.group; probe_spec.act_dtype = DType::bf16;
+      probe_spec.scale_dtype = DType::bf16;
+      backends.push_back(reg->select_or_throw(probe_spec, make_policy(o)));
+    }
+    std::size_t start = 0;
+    while (!list.empty() && start <= list.size()) {
+      std::size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      const std::string name = list.substr(start, end - start);
+      start = end + 1;
+      if (name.empty()) continue;
+      auto b = reg->find(name);
+      if (!b) throw Error(Errc::no_backend, fmt::format("backend '{}' does not exist; backends found: {}", name, reg->backend_names()));
+      if (!b->probe().available) throw Error(Errc::no_backend, fmt::format("backend '{}': {}", name, b->probe().message));
+      backends.push_back(b);
+    }
+  }
+
+  std::vector<BenchPoint> points;
+  json out = {{"command", opt.command_line}, {"nibble", version()}, {"group_size", opt.group}, {"backends", json::array()},
+              {"results", json::array()}};
+  std::size_t total_points = backends.size() * shapes.size() * ms.size(), done = 0;
+  const auto start_time = std::chrono::steady_clock::now();
+
+  for (const auto& bp : backends) {
+    Backend& b = *bp;
+    const bool cpu = b.platform() == "cpu";
+    DType dtype = opt.dtype.empty() ? (cpu ? DType::bf16 : DType::f16) : *parse_act_dtype(opt.dtype);
+    // Ceilings, measured now, on this machine: bandwidth and the dense 16-bit matmul rate.
+    const double bw = measure_bandwidth(b);
+    double peak = 0;
+    std::string peak_note = "no dense baseline";
+    {
+      const int64_t sq = cpu ? 4096 : 8192;
+      LinearSpec s;
+      s.name = "peak"; s.k = sq; s.n = sq; s.act_dtype = dtype; s.scale_dtype = dtype;
+      Tensor wkn = Tensor::zeros(dtype, {sq, sq});
+      std::string why;
+      DenseHandle d = opt.no_dense ? DenseHandle() : make_dense(b, s, wkn, why);
+      if (d.h) {
+        DeviceBuffer dx = b.alloc(std::size_t(sq * sq) * dtype_size(dtype)), dy = b.alloc(std::size_t(sq * sq) * dtype_size(dtype));
+        const double us = measure(b, [&](int) { dense_apply(d, dx.get(), dy.get(), sq, s); }, 1, cpu ? 3 : 20, 1.0);
+        peak = 2.0 * double(sq) * double(sq) * double(sq) / (us * 1e-6);
+        peak_note = fmt::format("dense {} matmul {}^3", dtype_name(dtype), sq);
+      } else if (!opt.no_dense) {
+        peak_note = why;
+      }
+    }
+    if (!o.json)
+      fmt::print("backend {} ({}): bandwidth {:.1f} GB/s, peak {:.1f} GFLOP/s ({}), {} activations, G={}\n", b.name(),
+                 b.probe().message, bw * 1e-9, peak * 1e-9, peak_note, dtype_name(dtype), opt.group);
+    out["backends"].push_back({{"name", b.name()}, {"version", b.version()}, {"device", b.probe().message},
+                               {"bandwidth_gbps", bw * 1e-9}, {"peak_gflops", peak * 1e-9}, {"peak_from", peak_note},
+                               {"dtype", std::string(dtype_name(dtype))}});
+    if (!o.json)
+      fmt::print("{:<12} {:>5}  {:<18} {:>10} {:>8} {:>9} {:>9} {:>7} {:>10} {:>8}  {}\n", "shape", "M", "kernel", "time us",
+                 "GB/s", "GFLOP/s", "t_min us", "%roof", "dense us", "x dense", "check");
+
+    for (const auto& sh : shapes) {
+      LinearSpec spec;
+      spec.name = "bench." + sh.name;
+      spec.k = sh.k; spec.n = sh.n; spec.group_size = opt.group;
+      spec.weight_type = opt.asym ? WeightType::uint4 : WeightType::uint4b8;
+      spec.act_dtype = dtype;
+      spec.scale_dtype = dtype == DType::f32 ? DType::f16 : dtype;
+      if (auto why = b.check_capabilities(spec); !why.empty()) throw Error(Errc::unsupported, fmt::format("{}: {}: {}", b.name(), sh.name, why));
+      if (auto why = b.can_implement(spec); !why.empty()) throw Error(Errc::unsupported, fmt::format("{}: {}: {}", b.name(), sh.name, why));
+      CanonicalLinear w = random_canonical(spec, 42 + uint64_t(sh.k * 7 + sh.n));
+      const double wbytes = layer_bytes(spec, 0);
+      const int copies = int(std::clamp(std::ceil(opt.rotate_mb * 1048576.0 / wbytes), 1.0, 64.0));
+      std::vector<std::shared_ptr<PreparedLinear>> prepared;
+      for (int c = 0; c < copies; ++c) prepared.push_back(b.prepare(w));
+      // Dense baseline weights: the same dequantized matrix in the activation dtype.
+      std::vector<DenseHandle> dense;
+      std::string dense_why;
+      if (!opt.no_dense && b.api().dense_prepare) {
+        Tensor wkn = dequantize(w).to(dtype);
+        const int dcopies = int(std::clamp(std::ceil(opt.rotate_mb * 1048576.0 / double(wkn.nbytes())), 1.0, 16.0));
+        for (int c = 0; c < dcopies; ++c) {
+          dense.push_back(make_dense(b, spec, wkn, dense_why));
+          if (!dense.back().h) { dense.clear(); break; }
+        }
+      }
+      for (int64_t m : ms) {
+        Tensor x = random_activations(m, sh.k, dtype, 7 + uint64_t(m));
+        DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m * sh.n) * dtype_size(dtype));
+        dx.upload(x.data(), x.nbytes());
+        // Correct first: the kernel this M selects is checked before it is timed.
+        prepared[0]->apply_device(dx.get(), dy.get(), m);
+        b.sync();
+        Tensor y = Tensor::zeros(dtype, {m, sh.n});
+        dy.download(y.mutable_data(), y.nbytes());
+        const Comparison c = check_sample(w, x, y);
+        BenchPoint p;
+        p.backend = b.name(); p.shape = sh.name; p.k = sh.k; p.n = sh.n; p.m = m;
+        p.kernel = prepared[0]->kernel_name(m);
+        p.checked = true; p.check_ok = c.ok; p.check_err_over_tol = c.max_rel_to_tol;
+        p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
+                            copies, opt.iters, opt.budget_s);
+        if (!dense.empty())
+          p.dense_us = measure(b, [&](int i) { dense_apply(dense[std::size_t(i) % dense.size()], dx.get(), dy.get(), m, spec); },
+                               int(dense.size()), opt.iters, opt.budget_s);
+        const double bytes = layer_bytes(spec, m), flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
+        p.roofline_us = std::max(bytes / bw, peak > 0 ? flops / peak : 0.0) * 1e6;
+        p.gbps = bytes / p.time_us * 1e-3;
+        p.gflops = flops / p.time_us * 1e-3;
+        points.push_back(p);
+        ++done;
+        if (tty) {
+          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+          fmt::print(stderr, "\r\033[K[{}/{}] {:.0f} s  {} {} M={}", done, total_points, el, b.name(), sh.name, m);
+        }
+        if (!o.json) {
+          if (tty) fmt::print(stderr, "\r\033[K");
+          fmt::print("{:<12} {:>5}  {:<18} {:>10.1f} {:>8.1f} {:>9.1f} {:>9.1f} {:>6.1f}% {:>10} {:>8}  {}\n", sh.name, m,
+                     p.kernel, p.time_us, p.gbps, p.gflops, p.roofline_us, 100.0 * p.roofline_us / p.time_us,
+                     p.dense_us > 0 ? fmt::format("{:.1f}", p.dense_us) : "-",
+                     p.dense_us > 0 ? fmt::format("{:.2f}x", p.dense_us / p.time_us) : "-",
+                     c.ok ? "ok" : fmt::format("MISMATCH ({:.1f}x tol)", c.max_rel_to_tol));
+          std::fflush(stdout);
+        }
+        out["results"].push_back({{"backend", p.backend}, {"shape", p.shape}, {"k", p.k}, {"n", p.n}, {"m", p.m},
+                                  {"kernel", p.kernel}, {"time_us", p.time_us}, {"gbps", p.gbps}, {"gflops", p.gflops},
+                                  {"roofline_us", p.roofline_us}, {"pct_roofline", 100.0 * p.roofline_us / p.time_us},
+                                  {"dense_us", p.dense_us > 0 ? json(p.dense_us) : json(nullptr)},
+                                  {"speedup_vs_dense", p.dense_us > 0 ? json(p.dense_us / p.time_us) : json(nullptr)},
+                                  {"check_ok", c.ok}, {"check_err_over_tol", c.max_rel_to_tol}});
+      }
+      if (!dense_why.empty() && !o.json) fmt::print("  (no dense baseline: {})\n", dense_why);
+    }
+  }
+  if (tty) fmt::print(stderr, "\r\033[K");
+  int bad = 0;
+  for (const auto& p : points) bad += p.check_ok ? 0 : 1;
+  if (!opt.json_path.empty()) std::ofstream(opt.json_path) << out.dump(2) << "\n";
+  if (!opt.svg_path.empty())
+    std::ofstream(opt.svg_path) << bench_svg(points, fmt::format("nibble bench, G={}: % of roofline vs M", opt.group));
+  if (o.json) fmt::print("{}\n", out.dump(2));
+  if (bad) fmt::print(stderr, "nibble bench: {} point(s) FAILED the correctness check\n", bad);
+  return bad ? 1 : 0;
+}
+
+}  // namespace nibble::cli
