@@ -62,6 +62,12 @@ TEST_CASE("discovery loads good plugins and records every other file with its re
   CHECK(s->kind == SkippedFile::Kind::refused);
   CHECK(contains(s->reason, "smaller than the"));
 
+  // Built against the previous ABI's header: refused by version, nothing else read.
+  s = skipped(*reg, "test_old_abi.so");
+  REQUIRE(s);
+  CHECK(s->kind == SkippedFile::Kind::refused);
+  CHECK(contains(s->reason, "ABI version 0 but this host speaks version 1"));
+
   s = skipped(*reg, "test_null_entry.so");
   REQUIRE(s);
   CHECK(contains(s->reason, "entry returned NULL"));

@@ -267,6 +267,15 @@ typedef struct nibble_plugin_api {
 #define NIBBLE_API_HAS(api, field) \
   ((api)->struct_size >= offsetof(nibble_plugin_api, field) + sizeof((api)->field) && (api)->field != NULL)
 
+/** Exports `fn` (a nibble_plugin_entry_fn) as the plugin entry without Boost: the same symbol
+ *  BOOST_DLL_ALIAS(fn, nibble_plugin_entry) defines. Use once, at file scope. */
+#ifdef __cplusplus
+#define NIBBLE_PLUGIN_EXPORT_ENTRY(fn) \
+  extern "C" NIBBLE_EXPORT const void* const nibble_plugin_entry = reinterpret_cast<const void*>(&(fn));
+#else
+#define NIBBLE_PLUGIN_EXPORT_ENTRY(fn) NIBBLE_EXPORT const void* const nibble_plugin_entry = (const void*)&(fn);
+#endif
+
 /** Size of the first release of ABI version 1; a smaller struct_size is refused. */
 #define NIBBLE_PLUGIN_API_V1_SIZE (offsetof(nibble_plugin_api, describe_kernel) + sizeof(void*))
 
