@@ -45,4 +45,19 @@ struct Avx2 {
 
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2>(a, t0, t1); }
 
+uint64_t read_stream_avx2(const void* p, size_t bytes) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(b + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(b + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(b + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(b + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  alignas(32) uint64_t v[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(v), s);
+  return v[0] + v[1] + v[2] + v[3];
+}
+
 }  // namespace nibble::cpu

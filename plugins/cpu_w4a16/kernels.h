@@ -40,8 +40,12 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1);
 
-/// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5).
+/// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5), with
+/// the widest loads this CPU has.
 double read_bandwidth(size_t bytes, int threads);
+/// Reads `bytes` (a multiple of 256, 64-byte aligned) and returns a checksum so the loads stay.
+uint64_t read_stream_avx512(const void* p, size_t bytes);
+uint64_t read_stream_avx2(const void* p, size_t bytes);
 
 struct IsaChoice {
   FusedKernel fn;

@@ -129,12 +129,11 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32};
       const FusedKernel kernel = p.kernel.fn;
       const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
-#pragma omp parallel num_threads(threads)
-      {
-        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const int64_t t0 = w.tiles * id / nt, t1 = w.tiles * (id + 1) / nt;
-        kernel(args, t0, t1);
-      }
+      // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
+      // call, and each chunk is still long contiguous streams.
+      const int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+      for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) kernel(args, t0, std::min(w.tiles, t0 + chunk));
     }
     const DType dt = DType(p.spec.act_dtype);
     for (int64_t r = 0; r < m; ++r)
