@@ -1,1 +1,457 @@
-int main() { return 0; }
+// bench_kernels: standalone timing driver of the cuda_w4a16 kernels against cuBLAS fp16, through
+// the plugin's own ABI table (linked in, so the same code as the shipped module runs).
+//
+//   bench_kernels [--quick] [--out FILE] [--shapes K1xN1,...] [--m M1,M2,...] [--sweep] [--check]
+//
+// For PERF.md's shapes and M values (G = 128, uint4b8, fp16 unless said): median of per-call
+// CUDA-event timings, the weights rotated over enough copies to exceed the 60 MB L2 (the GPU is
+// first kept busy by a spin kernel so that the host has queued every timed call: the events then
+// time the device, not the launch path). Prints the roofline (bytes = K*N/2 + (K/G)*N*2 + 2*M*K +
+// 2*M*N at the measured copy bandwidth, flops = 2*M*N*K at the measured cuBLAS rate, and at the
+// nominal 4.24 TB/s and 691 TFLOP/s of PERF.md), % of roofline and the ratio to cuBLAS fp16.
+// Every timed configuration is first checked against cuBLAS on the host-dequantized weights
+// (relative error norm), and --check runs every kernel variant on odd M against it too.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nibble/plugin_abi.h"
+
+namespace nibble::cuda {
+const nibble_plugin_api* entry(uint32_t host_abi);
+}
+
+namespace {
+
+const nibble_plugin_api* api = nullptr;
+FILE* out_file = nullptr;
+
+#define CHECK_CUDA(call)                                                                         \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+#define CHECK_API(call)                                                                           \
+  do {                                                                                            \
+    char msg_[512] = {0};                                                                         \
+    char* msg = msg_;                                                                             \
+    const size_t cap = sizeof msg_;                                                               \
+    (void)cap;                                                                                    \
+    int32_t st_ = (call);                                                                         \
+    if (st_ != NIBBLE_OK) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s failed (%d): %s\n", __FILE__, __LINE__, #call, st_, msg_); \
+      std::exit(3);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char buf[4096];
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fputs(buf, stdout);
+  std::fflush(stdout);
+  if (out_file) {
+    std::fputs(buf, out_file);
+    std::fflush(out_file);
+  }
+}
+
+// Keeps the GPU busy for about `us` microseconds so that the host can queue the timed calls.
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// sum (a - b)^2 and sum b^2 over n fp16 values, in double.
+__global__ void err_kernel(const __half* a, const __half* b, size_t n, double* acc) {
+  double d2 = 0, b2 = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const double x = __half2float(a[i]), y = __half2float(b[i]);
+    d2 += (x - y) * (x - y);
+    b2 += y * y;
+    if (!isfinite(x)) d2 += 1e30;
+  }
+  for (int o = 16; o; o >>= 1) {
+    d2 += __shfl_down_sync(0xffffffffu, d2, o);
+    b2 += __shfl_down_sync(0xffffffffu, b2, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(acc, d2);
+    atomicAdd(acc + 1, b2);
+  }
+}
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  float uni(float a, float b) { return a + (b - a) * float(next() >> 40) * (1.0f / 16777216.0f); }
+};
+
+template <class F>
+void parallel_for(int64_t n, F&& f) {
+  const int nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> th;
+  for (int t = 0; t < nt; ++t)
+    th.emplace_back([&, t] {
+      for (int64_t i = n * t / nt; i < n * (t + 1) / nt; ++i) f(i);
+    });
+  for (auto& x : th) x.join();
+}
+
+// A random layer in canonical form plus its dequantized fp16 weight [K][N].
+struct Layer {
+  int64_t k, n;
+  int g;
+  bool zp;
+  std::vector<uint32_t> qweight;
+  std::vector<uint8_t> zeros;
+  std::vector<__half> scales, dense;
+  nibble_linear_spec spec{};
+};
+
+Layer make_layer(int64_t k, int64_t n, int g, bool zp, uint64_t seed) {
+  Layer l;
+  l.k = k;
+  l.n = n;
+  l.g = g;
+  l.zp = zp;
+  const int64_t groups = g > 0 ? (k + g - 1) / g : 1;
+  l.qweight.resize(size_t((k + 7) / 8 * n));
+  l.scales.resize(size_t(groups * n));
+  if (zp) l.zeros.resize(size_t(groups * n));
+  parallel_for((k + 7) / 8, [&](int64_t r) {
+    Rng rng(seed * 1000003 + uint64_t(r));
+    for (int64_t c = 0; c < n; ++c) l.qweight[size_t(r * n + c)] = uint32_t(rng.next() >> 16);
+  });
+  Rng rng(seed ^ 0xabcdef);
+  for (auto& s : l.scales) s = __float2half(rng.uni(0.001f, 0.006f));
+  for (auto& z : l.zeros) z = uint8_t(rng.next() >> 60);
+  l.dense.resize(size_t(k * n));
+  parallel_for(k, [&](int64_t r) {
+    const int64_t gi = g > 0 ? r / g : 0;
+    for (int64_t c = 0; c < n; ++c) {
+      const int q = int((l.qweight[size_t((r / 8) * n + c)] >> (4 * (r % 8))) & 15);
+      const int z = zp ? l.zeros[size_t(gi * n + c)] : 8;
+      l.dense[size_t(r * n + c)] = __float2half(float(q - z) * __half2float(l.scales[size_t(gi * n + c)]));
+    }
+  });
+  l.spec.struct_size = sizeof(nibble_linear_spec);
+  l.spec.layer_name = "bench";
+  l.spec.k = l.spec.full_k = k;
+  l.spec.n = l.spec.full_n = n;
+  l.spec.bits = 4;
+  l.spec.group_size = g;
+  l.spec.weight_type = zp ? NIBBLE_WT_UINT4 : NIBBLE_WT_UINT4B8;
+  l.spec.act_dtype = NIBBLE_DTYPE_F16;
+  l.spec.scale_dtype = NIBBLE_DTYPE_F16;
+  return l;
+}
+
+nibble_prepared* prepare(const Layer& l) {
+  nibble_canonical_weights w{};
+  w.qweight = l.qweight.data();
+  w.zeros = l.zp ? l.zeros.data() : nullptr;
+  w.scales = l.scales.data();
+  nibble_prepared* h = nullptr;
+  CHECK_API(api->process_weights(&l.spec, &w, nullptr, &h, msg, cap));
+  return h;
+}
+
+void apply(nibble_prepared* h, const void* x, void* y, int64_t m, const Layer& l) {
+  nibble_tensor tx{const_cast<void*>(x), NIBBLE_DTYPE_F16, 2, {m, l.k, 0, 0}};
+  nibble_tensor ty{y, NIBBLE_DTYPE_F16, 2, {m, l.n, 0, 0}};
+  CHECK_API(api->apply(h, &tx, &ty, nullptr, msg, cap));
+}
+void dense_apply(nibble_dense* h, const void* x, void* y, int64_t m, const Layer& l) {
+  nibble_tensor tx{const_cast<void*>(x), NIBBLE_DTYPE_F16, 2, {m, l.k, 0, 0}};
+  nibble_tensor ty{y, NIBBLE_DTYPE_F16, 2, {m, l.n, 0, 0}};
+  CHECK_API(api->dense_apply(h, &tx, &ty, nullptr, msg, cap));
+}
+
+long long g_spin_cycles = 0;
+bool have_cublas = false;
+
+// Median microseconds of one call of fn(i), i rotating over the weight copies.
+template <class F>
+double time_calls(F&& fn, int reps) {
+  fn(0);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(size_t(2 * reps));
+  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
+  spin_kernel<<<1, 1>>>(g_spin_cycles);
+  for (int r = 0; r < reps; ++r) {
+    CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r)], nullptr));
+    fn(r + 1);
+    CHECK_CUDA(cudaEventRecord(ev[size_t(2 * r + 1)], nullptr));
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]));
+    us.push_back(ms * 1e3);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double rel_err(const void* a, const void* b, size_t n) {
+  double* acc = nullptr;
+  CHECK_CUDA(cudaMalloc(&acc, 16));
+  CHECK_CUDA(cudaMemset(acc, 0, 16));
+  err_kernel<<<264, 256>>>(static_cast<const __half*>(a), static_cast<const __half*>(b), n, acc);
+  CHECK_CUDA(cudaGetLastError());
+  double h[2];
+  CHECK_CUDA(cudaMemcpy(h, acc, 16, cudaMemcpyDeviceToHost));
+  cudaFree(acc);
+  return std::sqrt(h[0] / std::max(h[1], 1e-300));
+}
+
+void set_kernel(const char* v) { CHECK_API(api->set_option("kernel", v, msg, cap)); }
+
+std::string kernel_name(nibble_prepared* h, int64_t m) {
+  char buf[256] = {0};
+  api->describe_kernel(h, m, buf, sizeof buf);
+  return buf;
+}
+
+struct Dev {
+  double bw = 4.24e12, flops = 691e12;
+};
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(std::atoll(p));
+    while (*p && *p != ',') ++p;
+    if (*p) ++p;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, sweep = false, check = false, timings = true;
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 6144}, {4096, 4096}, {4096, 28672}, {14336, 4096},
+                                                     {8192, 10240}, {8192, 8192}, {8192, 57344}, {28672, 8192}};
+  std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a == "--sweep") sweep = true;
+    else if (a == "--check") check = true;
+    else if (a == "--no-time") timings = false;
+    else if (a == "--out" && i + 1 < argc) out_file = std::fopen(argv[++i], "w");
+    else if (a == "--m" && i + 1 < argc) ms = parse_list(argv[++i]);
+    else if (a == "--shapes" && i + 1 < argc) {
+      shapes.clear();
+      for (const char* p = argv[++i]; *p;) {
+        const int64_t k = std::atoll(p);
+        while (*p && *p != 'x') ++p;
+        const int64_t n = std::atoll(++p);
+        shapes.push_back({k, n});
+        while (*p && *p != ',') ++p;
+        if (*p) ++p;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--sweep] [--check] [--no-time] [--out FILE] [--shapes KxN,...] [--m M,...]\n", argv[0]);
+      return 1;
+    }
+  }
+  api = nibble::cuda::entry(NIBBLE_ABI_VERSION);
+  {
+    char msg[512] = {0};
+    if (api->probe(msg, sizeof msg) != NIBBLE_OK) {
+      std::printf("no device: %s\n", msg);
+      return 77;
+    }
+    say("device: %s\n", msg);
+  }
+  int clock_khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  g_spin_cycles = (long long)clock_khz * 3;  // ~3 ms
+
+  // Ceilings measured here: a 2 GiB device copy, and cuBLAS fp16 at 8192^3.
+  Dev dev;
+  {
+    double bps = 0;
+    CHECK_API(api->measure_bandwidth(size_t(1) << 31, nullptr, &bps, msg, cap));
+    dev.bw = bps;
+    say("measured: copy %.2f TB/s (read + write)\n", dev.bw / 1e12);
+  }
+  {
+    char why[512] = {0};
+    nibble_linear_spec s{};
+    s.struct_size = sizeof s;
+    s.k = s.n = 64;
+    s.act_dtype = NIBBLE_DTYPE_F16;
+    std::vector<__half> w(64 * 64);
+    nibble_dense* d = nullptr;
+    have_cublas = api->dense_prepare(&s, w.data(), nullptr, &d, why, sizeof why) == NIBBLE_OK;
+    if (d) api->dense_release(d);
+    if (!have_cublas) say("no cuBLAS: %s (no baseline, no error check)\n", why);
+  }
+  if (have_cublas) {
+    Layer sq = make_layer(8192, 8192, 128, false, 7);
+    nibble_dense* d = nullptr;
+    CHECK_API(api->dense_prepare(&sq.spec, sq.dense.data(), nullptr, &d, msg, cap));
+    void *x = nullptr, *y = nullptr;
+    CHECK_CUDA(cudaMalloc(&x, size_t(8192) * 8192 * 2));
+    CHECK_CUDA(cudaMalloc(&y, size_t(8192) * 8192 * 2));
+    CHECK_CUDA(cudaMemcpy(x, sq.dense.data(), size_t(8192) * 8192 * 2, cudaMemcpyHostToDevice));
+    const double us = time_calls([&](int) { dense_apply(d, x, y, 8192, sq); }, 10);
+    dev.flops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (us * 1e-6);
+    api->dense_release(d);
+    cudaFree(x);
+    cudaFree(y);
+    say("measured: cuBLAS fp16 8192^3 %.0f TFLOP/s; PERF.md: 4.24 TB/s, 691 TFLOP/s\n", dev.flops / 1e12);
+  }
+  const double kBW = 4.24e12, kF = 691e12;  // PERF.md's ceilings (the roofline of the targets)
+
+  void *x = nullptr, *y = nullptr, *yref = nullptr;
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  int64_t max_k = 0, max_n = 0;
+  for (auto& s : shapes) max_k = std::max(max_k, s.first), max_n = std::max(max_n, s.second);
+  CHECK_CUDA(cudaMalloc(&x, size_t(std::max<int64_t>(max_m, 4096)) * max_k * 2));
+  CHECK_CUDA(cudaMalloc(&y, size_t(std::max<int64_t>(max_m, 4096)) * max_n * 2));
+  CHECK_CUDA(cudaMalloc(&yref, size_t(std::max<int64_t>(max_m, 4096)) * max_n * 2));
+  {
+    std::vector<__half> hx(size_t(std::max<int64_t>(max_m, 4096)) * max_k);
+    Rng rng(42);
+    for (auto& v : hx) v = __float2half(rng.uni(-1.f, 1.f));
+    CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  }
+
+  // --check: every variant (and the dequantize + cuBLAS path) on odd M, fp16 and zero points.
+  if (check && have_cublas) {
+    say("\n== variant check against cuBLAS on dequantized weights (relative error norm) ==\n");
+    for (bool zp : {false, true}) {
+      Layer l = make_layer(4096, 6144, zp ? 64 : 128, zp, 11 + zp);
+      nibble_prepared* h = prepare(l);
+      nibble_dense* d = nullptr;
+      CHECK_API(api->dense_prepare(&l.spec, l.dense.data(), nullptr, &d, msg, cap));
+      for (const char* v : {"s1", "s2", "s4", "s8", "l", "cublas"}) {
+        set_kernel(v);
+        std::string line;
+        for (int64_t m : {1, 5, 13, 33, 100, 257, 1000}) {
+          dense_apply(d, x, yref, m, l);
+          CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * l.n * 2)));  // NaN poison
+          apply(h, x, y, m, l);
+          CHECK_CUDA(cudaDeviceSynchronize());
+          const double e = rel_err(y, yref, size_t(m * l.n));
+          char b[64];
+          std::snprintf(b, sizeof b, " M=%lld:%.1e%s", (long long)m, e, e < 3e-3 ? "" : "(BAD)");
+          line += b;
+        }
+        say("%s G=%d %-6s%s\n", zp ? "uint4  " : "uint4b8", l.g, v, line.c_str());
+      }
+      set_kernel("auto");
+      api->release(h);
+      api->dense_release(d);
+    }
+  }
+
+  if (!timings) {
+    say("done\n");
+    return 0;
+  }
+  say("\n== timings: uint4b8, G=128, fp16; median of per-call CUDA events; weights rotated past L2 ==\n");
+  say("%-11s %5s %9s %9s %6s %9s %7s %7s  %s\n", "K x N", "M", "roof_us", "w4_us", "%roof", "cublas_us", "vs_cub",
+      "relerr", "kernel");
+  for (auto [k, n] : shapes) {
+    Layer l = make_layer(k, n, 128, false, uint64_t(k * 131 + n));
+    const double wbytes = double(k) * n / 2 + double(k / 128) * n * 2;
+    const int copies = int(std::clamp(std::ceil(200e6 / wbytes), 2.0, 32.0));
+    std::vector<nibble_prepared*> hs;
+    for (int c = 0; c < copies; ++c) hs.push_back(prepare(l));
+    const int dcopies = have_cublas ? int(std::clamp(std::ceil(200e6 / (double(k) * n * 2)), 1.0, 8.0)) : 0;
+    std::vector<nibble_dense*> ds;
+    for (int c = 0; c < dcopies; ++c) {
+      nibble_dense* d = nullptr;
+      CHECK_API(api->dense_prepare(&l.spec, l.dense.data(), nullptr, &d, msg, cap));
+      ds.push_back(d);
+    }
+    for (int64_t m : ms) {
+      if (quick && m > 1024) continue;
+      const double bytes = wbytes + 2.0 * m * k + 2.0 * m * n, flops = 2.0 * m * n * k;
+      const double roof_us = std::max(bytes / kBW, flops / kF) * 1e6;
+      // correctness first
+      if (have_cublas) dense_apply(ds[0], x, yref, m, l);
+      CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));
+      apply(hs[0], x, y, m, l);
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const double err = have_cublas ? rel_err(y, yref, size_t(m * n)) : 0.0;
+      const double est = std::max(1.0, std::min(1e5, roof_us));
+      const int reps = int(std::clamp(150000.0 / est / 4, 5.0, 60.0));
+      const double w4 = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
+      const double cub =
+          have_cublas ? time_calls([&](int i) { dense_apply(ds[size_t(i) % ds.size()], x, y, m, l); }, reps) : NAN;
+      say("%5lldx%-5lld %5lld %9.1f %9.1f %5.0f%% %9.1f %6.2fx %7.1e  %s%s\n", (long long)k, (long long)n,
+          (long long)m, roof_us, w4, 100.0 * roof_us / w4, cub, cub / w4, err, kernel_name(hs[0], m).c_str(),
+          err < 3e-3 ? "" : "  <-- WRONG");
+    }
+    if (sweep) {
+      // Every variant at the M where the choice between them is close.
+      for (int64_t m : {8, 16, 32, 64, 128, 256, 1024, 4096}) {
+        if (quick && m > 1024) continue;
+        std::string line;
+        for (const char* v : {"s1", "s2", "s4", "s8", "l", "cublas"}) {
+          if (!have_cublas && v[0] == 'c') continue;
+          const int bm = v[0] == 's' ? 8 * (v[1] - '0') : 128;
+          if (v[0] == 's' && m > 8 * bm) continue;  // hopeless: weights dequantized m / bm times
+          set_kernel(v);
+          const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, 8);
+          char b[48];
+          std::snprintf(b, sizeof b, " %s=%.1f", v, us);
+          line += b;
+        }
+        set_kernel("auto");
+        say("  sweep %5lldx%-5lld M=%-5lld%s\n", (long long)k, (long long)n, (long long)m, line.c_str());
+      }
+      // The stream-K grid: fewest k stages per block (min_stages), auto variant.
+      for (int64_t m : {1, 16, 64, 256}) {
+        std::string line;
+        for (const char* st : {"1", "2", "4", "8", "16", "32"}) {
+          CHECK_API(api->set_option("min_stages", st, msg, cap));
+          const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, 8);
+          char b[48];
+          std::snprintf(b, sizeof b, " ms%s=%.1f", st, us);
+          line += b;
+        }
+        CHECK_API(api->set_option("min_stages", "0", msg, cap));
+        say("  grid  %5lldx%-5lld M=%-5lld%s\n", (long long)k, (long long)n, (long long)m, line.c_str());
+      }
+    }
+    for (auto h : hs) api->release(h);
+    for (auto d : ds) api->dense_release(d);
+  }
+  say("done\n");
+  if (out_file) std::fclose(out_file);
+  return 0;
+}

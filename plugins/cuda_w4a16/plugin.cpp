@@ -151,6 +151,7 @@ struct Options {
   std::mutex mu;
   int forced = -1;          // KernelId, kNumKernels for cublas, -1 for auto
   int64_t cublas_min_m = 0;
+  int min_stages = 0;       // override of min_stages() (0 = the built-in table)
 };
 Options& options() {
   static auto* o = [] {
@@ -235,12 +236,13 @@ int min_stages(int kernel) {
 Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
   Plan plan;
   Options& o = options();
-  int forced;
+  int forced, stages_override;
   int64_t cublas_min_m;
   {
     std::lock_guard<std::mutex> lock(o.mu);
     forced = o.forced;
     cublas_min_m = o.cublas_min_m;
+    stages_override = o.min_stages;
   }
   if (forced >= 0) {
     plan.kernel = forced;
@@ -253,8 +255,8 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
   const KernelInfo& ki = d.info[p.act == Act::f16 ? 0 : 1][plan.kernel];
   plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
   plan.n_tiles = int32_t(p.n_pad / ki.bn);
-  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * p.kt;
-  int64_t grid = std::max<int64_t>(1, work / min_stages(plan.kernel));
+  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * p.kt;  // < 2^31: checked in apply()
+  int64_t grid = std::max<int64_t>(1, work / (stages_override > 0 ? stages_override : min_stages(plan.kernel)));
   grid = std::min<int64_t>(grid, std::max(1, ki.slots));
   plan.grid = int(std::min<int64_t>(grid, work));
   return plan;
@@ -478,6 +480,9 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (plan.kernel == kNumKernels) return apply_cublas(p, xk, kx, m, y->data, ws, stream, msg, cap);
 
     const KernelInfo& ki = d->info[p.act == Act::f16 ? 0 : 1][plan.kernel];
+    if (int64_t(plan.m_tiles) * plan.n_tiles * p.kt >= (int64_t(1) << 31))
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "M=%lld x N=%lld x K=%lld is too large for one launch",
+                  (long long)m, (long long)p.n, (long long)p.k);
     const size_t part_bytes = size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4;
     const size_t cnt_bytes = size_t(plan.m_tiles) * size_t(plan.n_tiles) * 4;
     if (int32_t st = ensure(ws.partials, part_bytes, false, stream, msg, cap)) return st;
@@ -588,7 +593,16 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
     o.cublas_min_m = n;
     return NIBBLE_OK;
   }
-  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: kernel, cublas_min_m)", key);
+  if (k == "min_stages") {
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (!end || *end || n < 0 || n > 1 << 20)
+      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "min_stages: expected 0 (default) or a count of k stages, found '%s'",
+                  value);
+    o.min_stages = int(n);
+    return NIBBLE_OK;
+  }
+  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: kernel, cublas_min_m, min_stages)", key);
 }
 
 // ---- dense baseline (cuBLAS) ----------------------------------------------------------------------
