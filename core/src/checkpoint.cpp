@@ -53,6 +53,29 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, e.what()));
+  }
+  auto wm = j.is_object() ? j.find("weight_map") : j.end();
+  if (!j.is_object() || wm == j.end() || !wm->is_object())
+    throw Error(Errc::format, fmt::format("{}: expected an object with a 'weight_map' object", origin));
+  std::map<std::string, std::string> out;
+  for (const auto& [tensor, file] : wm->items()) {
+    if (!file.is_string()) throw Error(Errc::format, fmt::format("{}: weight_map['{}'] is not a file name", origin, tensor));
+    const std::string fname = file.get<std::string>();
+    if (fname.empty() || fname.find('/') != std::string::npos || fname.find('\\') != std::string::npos || fname == "." ||
+        fname == ".." || fname.find('\0') != std::string::npos)
+      throw Error(Errc::format, fmt::format("{}: weight_map['{}'] = '{}' is not a plain file name in the model directory",
+                                            origin, tensor, fname));
+    out[tensor] = fname;
+  }
+  return out;
+}
+
 std::shared_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
   auto c = std::shared_ptr<Checkpoint>(new Checkpoint);
   c->dir_ = dir;
@@ -64,23 +87,8 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
 
   const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text(index, 256u << 20));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", index.string(), e.what()));
-    }
-    auto wm = j.find("weight_map");
-    if (!j.is_object() || wm == j.end() || !wm->is_object())
-      throw Error(Errc::format, fmt::format("{}: expected an object with a 'weight_map' object", index.string()));
     std::map<std::string, std::size_t> shard_of_file;
-    for (const auto& [tensor, file] : wm->items()) {
-      if (!file.is_string())
-        throw Error(Errc::format, fmt::format("{}: weight_map['{}'] is not a file name", index.string(), tensor));
-      const std::string fname = file.get<std::string>();
-      if (fname.empty() || fname.find('/') != std::string::npos || fname == "." || fname == "..")
-        throw Error(Errc::format, fmt::format("{}: weight_map['{}'] = '{}' is not a plain file name in the model "
-                                              "directory", index.string(), tensor, fname));
+    for (const auto& [tensor, fname] : parse_safetensors_index(read_text(index, 256u << 20), index.string())) {
       auto it = shard_of_file.find(fname);
       if (it == shard_of_file.end()) {
         it = shard_of_file.emplace(fname, c->files_.size()).first;

@@ -5,11 +5,11 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "nibble/error.h"
+#include "pattern.h"
 
 namespace nibble {
 
@@ -75,12 +75,8 @@ std::string glob_to_regex(const std::string& glob) {
 }  // namespace
 
 bool name_matches(const std::string& pattern, const std::string& name) {
-  try {
-    if (pattern.rfind("re:", 0) == 0) return std::regex_match(name, std::regex(pattern.substr(3)));
-    return std::regex_match(name, std::regex(glob_to_regex(pattern)));
-  } catch (const std::regex_error& e) {
-    throw Error(Errc::format, fmt::format("invalid pattern '{}': {}", pattern, e.what()));
-  }
+  if (pattern.rfind("re:", 0) == 0) return detail::regex_full_match(pattern.substr(3), name);
+  return detail::regex_full_match(glob_to_regex(pattern), name);
 }
 
 PolicyRules Policy::rules_for(const std::string& layer) const {

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "nibble/error.h"
 #include "nibble/policy.h"
+#include "pattern.h"
 
 namespace nibble {
 
@@ -100,11 +100,7 @@ std::string scheme_summary(const LayerScheme& s) {
 // first; otherwise the key is a regular expression searched in the name.
 bool search_match(const std::string& pattern, const std::string& name) {
   if (pattern == name) return true;
-  try {
-    return std::regex_search(name, std::regex(pattern));
-  } catch (const std::regex_error&) {
-    return false;
-  }
+  return detail::regex_search(pattern, name);
 }
 
 bool is_lm_head(const std::string& name) { return name == "lm_head" || name.ends_with(".lm_head"); }

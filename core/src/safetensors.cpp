@@ -102,7 +102,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
       }
       continue;
     }
-    auto where = [&](const std::string& what) { bad(origin, fmt::format("tensor '{}': {}", name, what)); };
+    const std::string tname = name;  // (clang 14 cannot capture structured bindings)
+    auto where = [&](const std::string& what) { bad(origin, fmt::format("tensor '{}': {}", tname, what)); };
     if (!entry.is_object()) where("entry is not an object");
     TensorInfo ti;
     ti.name = name;

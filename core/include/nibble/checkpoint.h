@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,10 @@ class Checkpoint {
   std::map<std::string, std::size_t> where_;  // tensor name -> index in files_
   std::vector<LayerEntry> layers_;
 };
+
+/// Parses model.safetensors.index.json: tensor name -> shard file name. File names must be plain
+/// names inside the model directory (no '/', no '..'). Throws Errc::format naming `origin`.
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin);
 
 /// "a.2.b" < "a.10.b": numbers inside names compare by value.
 bool natural_less(const std::string& a, const std::string& b);
