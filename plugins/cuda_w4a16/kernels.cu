@@ -161,6 +161,12 @@ struct Ops<__nv_bfloat16> {
   __device__ static __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
 };
 
+// Group of k-unit u without a division (an integer division by a run-time value is ~20 dependent
+// instructions; the loaders run this for every unit).
+__device__ __forceinline__ int unit_group(int u, uint32_t magic) {
+  return magic ? int(__umulhi(uint32_t(u), magic)) : u;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The matmul.
 
@@ -230,7 +236,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
 #pragma unroll 1
     for (int c = tid; c < TL::kStrips * 8; c += TL::kThreads) {
       const int su = c >> 2, part = c & 3, strip = su >> 1, u = su & 1;
-      const int g = ((2 * kt + u) * kUnitK) / p.g_eff;
+      const int g = unit_group(2 * kt + u, p.g_magic);
       const auto* src = static_cast<const unsigned char*>(p.scale_rec) +
                         (int64_t(g) * p.strips + int64_t(nti) * TL::kStrips + strip) * 64 + part * 16;
       cp_async16(ss + su * 64 + part * 16, src, 16);
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
 #pragma unroll 1
       for (int c = tid; c < TL::kStrips * 4; c += TL::kThreads) {
         const int su = c >> 1, part = c & 1, strip = su >> 1, u = su & 1;
-        const int g = ((2 * kt + u) * kUnitK) / p.g_eff;
+        const int g = unit_group(2 * kt + u, p.g_magic);
         const uint8_t* src = p.zero_rec + (int64_t(g) * p.strips + int64_t(nti) * TL::kStrips + strip) * 32 + part * 16;
         cp_async16(zs + su * 32 + part * 16, src, 16);
       }
@@ -257,10 +263,6 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
       for (int c = 0; c < MT8; ++c)
 #pragma unroll
         for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
-  // Scales and zero encodings of the current group, per strip of this warp (r = 0..3, layout.h).
-  uint32_t s2[NS][4], nz[NS][4];
-  int cur_g = -1;
-
   auto compute = [&](int s, int kt) {
     const unsigned char* st = smem + s * TL::kStageBytes;
     const uint4* sw = reinterpret_cast<const uint4*>(st);
@@ -269,20 +271,20 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
     const unsigned char* sz = ss + TL::kSBytes;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      const int g = ((2 * kt + u) * kUnitK) / p.g_eff;
-      if (g != cur_g) {  // warp-uniform; with G = 128 once every 4 units
-        cur_g = g;
+      // Scales and zero encodings of this unit's group for each strip of the warp (r = 0..3,
+      // layout.h), read for every unit: no branch, so a whole stage is one basic block the
+      // compiler can interleave (a copy cached behind an `if` cost more in lost overlap).
+      uint32_t s2[NS][4], nz[NS][4];
 #pragma unroll
-        for (int ns = 0; ns < NS; ++ns) {
-          const int su = (wn * NS + ns) * 2 + u;
-          const uint2 sr = *reinterpret_cast<const uint2*>(ss + su * 64 + gid * 8);
-          const uint32_t zb = p.zero_rec ? *reinterpret_cast<const uint32_t*>(sz + su * 32 + gid * 4) : 0x08080808u;
-          s2[ns][0] = prmt(sr.x, sr.x, 0x1010u);  // duplicate the lower / upper 16 bits
-          s2[ns][1] = prmt(sr.x, sr.x, 0x3232u);
-          s2[ns][2] = prmt(sr.y, sr.y, 0x1010u);
-          s2[ns][3] = prmt(sr.y, sr.y, 0x3232u);
-          O::zero_codes(zb, nz[ns]);
-        }
+      for (int ns = 0; ns < NS; ++ns) {
+        const int su = (wn * NS + ns) * 2 + u;
+        const uint2 sr = *reinterpret_cast<const uint2*>(ss + su * 64 + gid * 8);
+        const uint32_t zb = p.zero_rec ? *reinterpret_cast<const uint32_t*>(sz + su * 32 + gid * 4) : 0x08080808u;
+        s2[ns][0] = prmt(sr.x, sr.x, 0x1010u);  // duplicate the lower / upper 16 bits
+        s2[ns][1] = prmt(sr.x, sr.x, 0x3232u);
+        s2[ns][2] = prmt(sr.y, sr.y, 0x1010u);
+        s2[ns][3] = prmt(sr.y, sr.y, 0x3232u);
+        O::zero_codes(zb, nz[ns]);
       }
       uint4 q[NS];
 #pragma unroll
@@ -353,24 +355,37 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
           for (int c = 0; c < MT8; ++c)
 #pragma unroll
             for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
-      // One (strip, n16) slice at a time: MT8 * 4 loads in flight per part, so the loads need no
-      // second full set of registers (the 64x64 warp tile holds 128 accumulators already).
+      // One (strip, n16) slice at a time, PU parts per round: the loads of PU parts are issued
+      // before any of them is added, so the sum costs (parts / PU) L2 round trips instead of
+      // one per part (the small tiles of skinny shapes have up to ~16 parts), while the 64x64
+      // warp tile, which holds 128 accumulators already, loads one part at a time.
+      constexpr int PU = MT8 * 4 >= 32 ? 1 : 32 / (MT8 * 4);
 #pragma unroll
       for (int ns = 0; ns < NS; ++ns)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
-          for (int64_t b = bf; b <= bl; ++b) {
-            const float* part = p.partials + slot_of(b) * int64_t(TL::BM * TL::BN);
+          for (int64_t b = bf; b <= bl; b += PU) {
+            float v[PU][MT8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT8; ++mt)
+            for (int j = 0; j < PU; ++j) {
+              const float* part = p.partials + slot_of(b + j) * int64_t(TL::BM * TL::BN);
 #pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                int col, row;
-                acc_position(lane, nt, c, &col, &row);
-                if (m_base + mt * 8 + row < p.m)
-                  acc[ns][nt][mt][c] +=
-                      __ldcg(part + (row_base + mt * 8 + row) * TL::BN + (wn * NS + ns) * kStripN + col);
-              }
+              for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                  int col, row;
+                  acc_position(lane, nt, c, &col, &row);
+                  v[j][mt][c] = (b + j <= bl && m_base + mt * 8 + row < p.m)
+                                    ? __ldcg(part + (row_base + mt * 8 + row) * TL::BN + (wn * NS + ns) * kStripN + col)
+                                    : 0.f;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < PU; ++j)  // in part order: the same sum whichever block is last
+#pragma unroll
+              for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[ns][nt][mt][c] += v[j][mt][c];
           }
       if (tid == 0) p.counters[t] = 0;  // ready for the next launch (stream order)
     }
@@ -433,7 +448,6 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
           for (int c = 0; c < MT8; ++c)
 #pragma unroll
             for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
-      cur_g = -1;  // the next tile has other strips
     }
     advance(t, kt);
     slot = slot == STAGES - 1 ? 0 : slot + 1;
@@ -455,6 +469,11 @@ cudaError_t setup_one(KernelInfo& info, const char* name, int sms) {
   using TL = Tile<NS, MT8, WN, WM, STAGES>;
   auto kernel = w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TL::kSmem);
+  if (e != cudaSuccess) return e;
+  // Ask for the largest shared-memory carveout: the occupancy computed below assumes it, and with
+  // the driver's default the SM may be configured for fewer resident blocks than that (measured:
+  // the small-M variants then ran in two or three waves instead of one).
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
   int per_sm = 0;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, TL::kSmem);
@@ -551,20 +570,23 @@ __global__ void prep_x_kernel(const uint16_t* __restrict__ x, int64_t m, int64_t
   reinterpret_cast<uint4*>(out)[idx] = o;
 }
 
-// One thread per (strip, k-unit, lane) of the column range: writes its 32 dequantized weights
-// (the same rounding as the matmul: (q - z) exact, one rounding of the product).
+// Dense copy of the weights for the cuBLAS path. One block of 8 warps per (8 strips, k-unit):
+// each lane dequantizes its 32 weights (the matmul's rounding: (q - z) exact, one rounding of the
+// product) into a shared 32 x 256 tile, which the block then writes as 32 rows of 512 contiguous
+// bytes (16-byte stores; a lane's own values are 4 columns x 8 rows apart, which would make
+// 2-byte scattered stores).
 template <class T>
-__global__ void dequant_dense_kernel(const uint4* __restrict__ w, const T* __restrict__ scale_rec,
-                                     const uint8_t* __restrict__ zero_rec, int32_t strips, int32_t ku,
-                                     int32_t g_eff, int32_t n0, int32_t nc, T* __restrict__ out) {
-  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int chunk_strips = nc / kStripN;
-  if (idx >= int64_t(chunk_strips) * ku * 32) return;
-  const int lane = int(idx & 31), gid = lane >> 2;
-  const int64_t unit_k = (idx >> 5) % ku;
-  const int64_t strip = n0 / kStripN + (idx >> 5) / ku;
+__global__ void __launch_bounds__(256) dequant_dense_kernel(const uint4* __restrict__ w, const T* __restrict__ scale_rec,
+                                                            const uint8_t* __restrict__ zero_rec, int32_t strips,
+                                                            int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc,
+                                                            T* __restrict__ out) {
+  constexpr int kPitch = 8 * kStripN + 8;  // halves; 16-byte padding against bank conflicts
+  __shared__ __align__(16) uint16_t tile[kUnitK][kPitch];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2;
+  const int unit_k = blockIdx.y;
+  const int64_t strip = n0 / kStripN + int64_t(blockIdx.x) * 8 + warp;
   const uint4 q = w[(strip * ku + unit_k) * 32 + lane];
-  const int64_t g = unit_k * kUnitK / g_eff;
+  const int64_t g = unit_group(unit_k, g_magic);
   const int64_t rec = (g * strips + strip) * 8 + gid;
   const uint32_t words[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -577,8 +599,17 @@ __global__ void dequant_dense_kernel(const uint4* __restrict__ w, const T* __res
       const float s = Ops<T>::to_float(scale_rec[rec * 4 + r]);
       const int z = zero_rec ? zero_rec[rec * 4 + r] : 8;
       const int code = int((words[wd] >> (4 * j)) & 0xfu);
-      out[(unit_k * kUnitK + row) * int64_t(nc) + (strip * kStripN - n0) + col] = Ops<T>::from_float(float(code - z) * s);
+      const T v = Ops<T>::from_float(float(code - z) * s);
+      tile[row][warp * kStripN + col] = *reinterpret_cast<const uint16_t*>(&v);
     }
+  __syncthreads();
+  T* dst = out + int64_t(unit_k) * kUnitK * nc + int64_t(blockIdx.x) * 8 * kStripN;
+#pragma unroll
+  for (int i = threadIdx.x; i < kUnitK * 32; i += 256) {  // 32 rows x 32 chunks of 16 bytes
+    const int row = i >> 5, chunk = i & 31;
+    *reinterpret_cast<uint4*>(dst + int64_t(row) * nc + chunk * 8) =
+        *reinterpret_cast<const uint4*>(&tile[row][chunk * 8]);
+  }
 }
 
 template <class T>
@@ -648,17 +679,17 @@ cudaError_t launch_prep_x(const void* x, int64_t m, int64_t k, const int32_t* pe
 }
 
 cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uint8_t* zero_rec, int32_t strips,
-                                 int32_t ku, int32_t g_eff, int32_t n0, int32_t nc, Act act, void* out,
+                                 int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc, Act act, void* out,
                                  cudaStream_t stream) {
-  const int64_t threads = int64_t(nc / kStripN) * ku * 32;
+  const dim3 grid(unsigned(nc / (8 * kStripN)), unsigned(ku));
   if (act == Act::f16)
-    dequant_dense_kernel<__half><<<blocks_for(threads), 256, 0, stream>>>(
-        static_cast<const uint4*>(w), static_cast<const __half*>(scale_rec), zero_rec, strips, ku, g_eff, n0, nc,
-        static_cast<__half*>(out));
+    dequant_dense_kernel<__half><<<grid, 256, 0, stream>>>(static_cast<const uint4*>(w),
+                                                           static_cast<const __half*>(scale_rec), zero_rec, strips,
+                                                           ku, g_magic, n0, nc, static_cast<__half*>(out));
   else
-    dequant_dense_kernel<__nv_bfloat16><<<blocks_for(threads), 256, 0, stream>>>(
-        static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, strips, ku, g_eff,
-        n0, nc, static_cast<__nv_bfloat16*>(out));
+    dequant_dense_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
+        static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, strips, ku, g_magic, n0,
+        nc, static_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 

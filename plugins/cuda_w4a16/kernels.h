@@ -48,7 +48,9 @@ struct GemmParams {
   int32_t strips;           // N_pad / 32
   int32_t ku;               // K_pad / 32 (units along K)
   int32_t kt;               // K_pad / 64 (pipeline stages along K)
-  int32_t g_eff;            // rows per group in packed order (multiple of 32)
+  uint32_t g_magic;         // group of k-unit u = u / upg (upg = g_eff / 32 units per group) computed
+                            // as __umulhi(u, g_magic) with g_magic = floor(2^32 / upg) + 1, exact for
+                            // u * upg < 2^32 (the host checks); g_magic = 0 means upg = 1 (group = u)
   int32_t m_tiles, n_tiles; // ceil(m / bm), N_pad / bn
   int32_t evict_first;      // 1: stream the weights with an L2 evict-first policy (read once)
 };
@@ -74,9 +76,9 @@ cudaError_t launch_prep_x(const void* x, int64_t m, int64_t k, const int32_t* pe
                           cudaStream_t stream);
 
 /// Large-M alternative: dense act-dtype W[kp][n_pad] (row-major, rows in packed order) from the
-/// packed weights, columns [n0, n0 + nc) only, written to out[kp][nc].
+/// packed weights, columns [n0, n0 + nc) only (n0 and nc multiples of 256), written to out[kp][nc].
 cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uint8_t* zero_rec, int32_t strips,
-                                 int32_t ku, int32_t g_eff, int32_t n0, int32_t nc, Act act, void* out,
+                                 int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc, Act act, void* out,
                                  cudaStream_t stream);
 
 /// y[m][n] += bias[n] (act dtype).

@@ -207,8 +207,12 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
   for (int s = 0; s < strips; ++s)
     for (int m0 = 0; m0 < M; m0 += 8) {
       float acc[2][32][4] = {};
+      // The kernels' group lookup: multiply-high by floor(2^32 / units_per_group) + 1.
+      const uint64_t upg = uint64_t(g_eff / kUnitK);
+      const uint32_t magic = upg == 1 ? 0u : uint32_t((uint64_t(1) << 32) / upg + 1);
       for (int u = 0; u < ku; ++u) {
-        const int g = u * kUnitK / g_eff;
+        const int g = magic ? int((uint64_t(uint32_t(u)) * magic) >> 32) : u;
+        if (g != u * kUnitK / g_eff) return 1000000;
         uint32_t s2[32][4], nz[32][4];
         for (int lane = 0; lane < 32; ++lane) {
           const int gid = lane >> 2;

@@ -178,6 +178,7 @@ struct Prepared {
   int64_t k = 0, n = 0;        // logical
   int64_t k_pad = 0, n_pad = 0;
   int32_t strips = 0, ku = 0, kt = 0, g_eff = 0, groups_pad = 0;
+  uint32_t g_magic = 0;        // GemmParams::g_magic for g_eff
   bool act_order = false;
   DeviceBuffer w, scale_rec, zero_rec, perm, bias;
 };
@@ -288,8 +289,8 @@ int32_t probe(char* msg, size_t cap) {
 
 int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
   if (int32_t st = plugin::check_caps(kCaps, s, msg, cap)) return st;
-  if (s->k > (int64_t(1) << 30) || s->n > (int64_t(1) << 30))
-    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "K or N above 2^30 (K=%lld N=%lld)", (long long)s->k,
+  if (s->k > (int64_t(1) << 20) || s->n > (int64_t(1) << 30))
+    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "K above 2^20 or N above 2^30 (K=%lld N=%lld)", (long long)s->k,
                 (long long)s->n);
   return NIBBLE_OK;
 }
@@ -385,6 +386,13 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->strips = int32_t(p->n_pad / kStripN);
     p->ku = int32_t(p->k_pad / kUnitK);
     p->kt = int32_t(p->k_pad / kTileK);
+    // Group of a k-unit by multiply-high (kernels.h, GemmParams::g_magic): exact while
+    // ku * units_per_group < 2^32, which K <= 2^20 guarantees.
+    const uint64_t upg = uint64_t(p->g_eff / kUnitK);
+    if (uint64_t(p->ku) * upg >= (uint64_t(1) << 32))
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "layer '%s': K_pad %lld with groups of %d rows is too large",
+                  s->layer_name, (long long)p->k_pad, p->g_eff);
+    p->g_magic = upg == 1 ? 0u : uint32_t((uint64_t(1) << 32) / upg + 1);
 
     // Upload the canonical tensors, repack on the device, free the uploads.
     const size_t qw_bytes = size_t((s->k + 7) / 8) * size_t(s->n) * 4;
@@ -433,7 +441,7 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
   for (int64_t n0 = 0; n0 < p.n; n0 += nc) {
     const int64_t cols = std::min(nc, p.n_pad - n0);
     NIBBLE_CUDA_TRY(launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p), p.strips,
-                                         p.ku, p.g_eff, int32_t(n0), int32_t(cols), p.act, ws.dense.p, stream));
+                                         p.ku, p.g_magic, int32_t(n0), int32_t(cols), p.act, ws.dense.p, stream));
     std::string why;
     const int64_t ncols = std::min(cols, p.n - n0);
     if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, ws.dense.p, cols,
@@ -504,7 +512,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     gp.strips = p.strips;
     gp.ku = p.ku;
     gp.kt = p.kt;
-    gp.g_eff = p.g_eff;
+    gp.g_magic = p.g_magic;
     gp.m_tiles = plan.m_tiles;
     gp.n_tiles = plan.n_tiles;
     gp.evict_first = plan.m_tiles == 1;  // weights read once per call
