@@ -372,6 +372,11 @@ TEST_CASE("quantization_config: unsupported schemes and unquantized layers carry
 
   CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "bits": "four"}})", "c.json"); }),
                  "'bits' must be an integer"));
+  // Absurd numbers are errors, never allocations.
+  CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "group_size": 1099511627776}})", "c.json"); }),
+                 "'group_size' = 1099511627776 is out of range"));
+  CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "group_size": -7}})", "c.json"); }),
+                 "out of range"));
 }
 
 TEST_CASE("tensor-parallel shards reproduce the full layer") {

@@ -1,6 +1,7 @@
 // Registry: discovery and careful loading of the in-tree test plugins, selection under policy,
 // plugin faults, library lifetime and concurrent use.
 #include <dlfcn.h>
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -96,6 +97,24 @@ TEST_CASE("a plugin whose dependency is missing becomes a reason naming the libr
   REQUIRE(s);
   CHECK(s->kind == SkippedFile::Kind::load_failed);
   CHECK(contains(s->reason, "missing library libnibble_test_ghost.so"));
+}
+
+TEST_CASE("world-writable plugin directories and files are never loaded") {
+  const fs::path tmp = fs::temp_directory_path() / ("nibble_unsafe_" + std::to_string(::getpid()));
+  fs::create_directories(tmp / "open");
+  fs::create_directories(tmp / "closed");
+  fs::copy_file(plugin_dir() / "test_good_b.so", tmp / "open" / "test_good_b.so");
+  fs::copy_file(plugin_dir() / "test_good_a.so", tmp / "closed" / "test_good_a.so");
+  fs::permissions(tmp / "open", fs::perms::all);                                    // drwxrwxrwx
+  fs::permissions(tmp / "closed" / "test_good_a.so", fs::perms::others_write, fs::perm_options::add);
+  auto reg = test::hermetic_registry((tmp / "open").string() + ":" + (tmp / "closed").string());
+  fs::remove_all(tmp);
+  CHECK(reg->backends().empty());
+  REQUIRE(reg->skipped().size() == 2);
+  for (const auto& sk : reg->skipped()) {
+    CHECK(sk.kind == SkippedFile::Kind::unsafe);
+    CHECK(contains(sk.reason, "world-writable"));
+  }
 }
 
 TEST_CASE("a newer minor revision (larger struct) is accepted") {
