@@ -188,7 +188,7 @@ struct Tile {
   static constexpr int kZBytes = kStrips * 2 * 32;   // zero records (8 gid x 4 x 1 B) per unit
   static constexpr int kStageBytes = kWBytes + kXBytes + kSBytes + kZBytes;
   static constexpr int kSmem = STAGES * kStageBytes;
-  static_assert(kStageBytes % 128 == 0 || kStageBytes % 16 == 0, "stage alignment");
+  static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned for cp.async");
 };
 
 template <class T, int NS, int MT8, int WN, int WM, int STAGES>

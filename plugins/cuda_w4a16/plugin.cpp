@@ -145,12 +145,13 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
 // ---- options ----------------------------------------------------------------------------------
 
 // "kernel": auto, or a variant name (s1 s2 s4 s8 l) or "cublas" to force one for every M.
-// "cublas_min_m": M from which apply() dequantizes to a dense temporary and calls cuBLAS, when
-// cuBLAS loads (0 = never). Both can also be set with NIBBLE_CUDA_KERNEL / NIBBLE_CUDA_CUBLAS_MIN_M.
+// "cublas_min_m": smallest M for which apply() may dequantize to a dense temporary and call cuBLAS
+// when cuBLAS loads (0 = never; see make_plan for where it is chosen). Both can also be set with
+// NIBBLE_CUDA_KERNEL / NIBBLE_CUDA_CUBLAS_MIN_M.
 struct Options {
   std::mutex mu;
   int forced = -1;          // KernelId, kNumKernels for cublas, -1 for auto
-  int64_t cublas_min_m = 0;
+  int64_t cublas_min_m = 65;
   int min_stages = 0;       // override of min_stages() (0 = the built-in table)
 };
 Options& options() {
@@ -245,12 +246,20 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
     cublas_min_m = o.cublas_min_m;
     stages_override = o.min_stages;
   }
+  // The default choice, from the H200 sweep of every variant on PERF.md's shapes (README.md,
+  // "Results"): the streaming variants up to M = 64 (s4 rather than s8 at M = 33..64 on layers
+  // under 64 M weights); above, dequantize + cuBLAS, except the 64x64-warp-tile kernel l for
+  // M <= 128 on layers of 96 M weights or more, where it was faster. Without cuBLAS: l above 64.
+  const int64_t weights = p.k * p.n;
+  const bool cublas_ok = cublas_min_m > 0 && m >= cublas_min_m && !(m <= 128 && weights >= (int64_t(96) << 20));
   if (forced >= 0) {
     plan.kernel = forced;
-  } else if (cublas_min_m > 0 && m >= cublas_min_m && cublas_available(nullptr)) {
+  } else if (m <= 64) {
+    plan.kernel = m <= 8 ? kS1 : m <= 16 ? kS2 : (m <= 32 || weights < (int64_t(64) << 20)) ? kS4 : kS8;
+  } else if (cublas_ok && cublas_available(nullptr)) {
     plan.kernel = kNumKernels;
   } else {
-    plan.kernel = m <= 8 ? kS1 : m <= 16 ? kS2 : m <= 32 ? kS4 : m <= 64 ? kS8 : kL;
+    plan.kernel = kL;
   }
   if (plan.kernel == kNumKernels) return plan;
   const KernelInfo& ki = d.info[p.act == Act::f16 ? 0 : 1][plan.kernel];
