@@ -5,17 +5,26 @@
 // source starts using it, never an #ifdef in the kernels for a mere spelling difference.
 //
 // Included by g++-compiled host code (plugin.cpp: the runtime API only) and by hipcc/nvcc-compiled
-// kernel code (kernels.hip: runtime, fp16 intrinsics and the warp helpers below).
+// kernel code (kernels.hip: runtime, fp16 intrinsics and the warp helpers below). A third mode,
+// NIBBLE_GPU_EMULATION, runs the kernels on the CPU for a test (gpu_emulation.h).
 #pragma once
 
 #include <cstdint>
 
-#if defined(NIBBLE_HIP_ON_CUDA)
+#if defined(NIBBLE_GPU_EMULATION)
+
+#include "gpu_emulation.h"  // test_rocm_emulated: the kernels on the CPU
+
+#elif defined(NIBBLE_HIP_ON_CUDA)
 
 #include <cuda_runtime_api.h>
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+// HIP's launch macro; HIP_KERNEL_NAME protects the commas of a template kernel's arguments.
+#define HIP_KERNEL_NAME(...) __VA_ARGS__
+#define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \
+  kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #endif
 
 // ---- runtime API ----

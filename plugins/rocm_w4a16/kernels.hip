@@ -395,7 +395,7 @@ template <class T, int MT>
 void launch_gemv(const Params& p, hipStream_t stream) {
   constexpr int Q = GemvShape<MT>::kQuads;
   const unsigned blocks = unsigned((p.quads + Q - 1) / Q);
-  gemv_kernel<T, MT><<<blocks, kThreads, 0, stream>>>(p);
+  hipLaunchKernelGGL(HIP_KERNEL_NAME(gemv_kernel<T, MT>), dim3(blocks), dim3(kThreads), 0, stream, p);
 }
 
 template <class T>
@@ -417,7 +417,7 @@ void launch(Params p, hipStream_t stream) {
     p.x = x + r * p.k;
     p.y = y + r * p.n;
     const dim3 grid(unsigned((p.quads + kTileN / 4 - 1) / (kTileN / 4)), unsigned((p.m + kTileM - 1) / kTileM));
-    tiled_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+    hipLaunchKernelGGL(HIP_KERNEL_NAME(tiled_kernel<T>), grid, dim3(kThreads), 0, stream, p);
   }
 }
 
