@@ -11,6 +11,7 @@ struct Avx2 {
   struct V { __m256 lo, hi; };
   struct W { __m256i lo, hi; };
   static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
+  static constexpr float kTrickScale = 16.0f;  // t = 1 + q/16: the nibble in bits 19..22
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }
   static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }

@@ -4,9 +4,10 @@
 //   for each group g:      acc[m] = sum over the group's rows k of x[m, k] * t(k)
 //   then                   y[m]  += s16 * acc[m] - c * X[m, g]
 //
-// with t(k) = 1 + q(k)/16 built from the code by one shift and one and-or into the mantissa of
-// 1.0f (the float with bits 0x3f800000 | q << 19), so that q = 16 t - 16 and
-//   sum x (q - z) = 16 acc - (16 + z) X,   s16 = 16 s,   c = s (16 + z),   X = sum x.
+// with t(k) = 1 + q(k)/S built from the code by moving the nibble into the mantissa of 1.0f and
+// or-ing in its bits (S = T::kTrickScale: 16 with the nibble at bits 19..22, 128 at 16..19), so
+// that q = S t - S and
+//   sum x (q - z) = S acc - (S + z) X,   sS = S s,   c = s (S + z),   X = sum x.
 // The products x * t are exact in fp32 (x has at most 11 significant bits, t 5); only the fp32
 // accumulation rounds. f32 activations use the exact form t(k) = q(k) - z instead (`kExact`),
 // since their tolerance is 2^-20 and the trick's cancellation costs a few bits.
@@ -68,9 +69,9 @@ void row_block(const CpuWeights& w, int64_t t, const float* xp, int64_t rb, cons
     if constexpr (kExact) {
       for (int m = 0; m < MB; ++m) out[m] = T::fmadd(sv, acc[m * C], out[m]);
     } else {
-      const V sixteen = T::set1(16.0f);
-      const V s16 = T::mul(sv, sixteen);
-      const V c = T::mul(sv, T::add(zv, sixteen));
+      const V scale = T::set1(T::kTrickScale);
+      const V s16 = T::mul(sv, scale);
+      const V c = T::mul(sv, T::add(zv, scale));
       for (int m = 0; m < MB; ++m) {
         out[m] = T::fmadd(s16, acc[m * C], out[m]);
         out[m] = T::fnmadd(c, T::set1(xs[g * rb + m]), out[m]);
