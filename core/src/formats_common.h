@@ -47,6 +47,18 @@ struct LayerTensors {
 
 inline int64_t groups_for(int64_t k, int group_size) { return group_size <= 0 ? 1 : (k + group_size - 1) / group_size; }
 
+/// The spec every format starts from: name, shape, group size, source format and weight type.
+inline LinearSpec layer_spec(const LayerTensors& t, const LayerScheme& scheme, int64_t k, int64_t n) {
+  LinearSpec s;
+  s.name = t.layer;
+  s.k = k;
+  s.n = n;
+  s.group_size = scheme.group_size;
+  s.format = scheme.format;
+  s.weight_type = scheme.symmetric ? WeightType::uint4b8 : WeightType::uint4;
+  return s;
+}
+
 /// The common tail: g_idx (kept only if it is not the trivial k / G), bias, validation.
 void finish_canonical(CanonicalLinear& w, const LayerTensors& t, const LayerScheme& scheme, Tensor g_idx, DType act_dtype,
                       const char* g_idx_name = "g_idx");

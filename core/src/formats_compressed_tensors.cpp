@@ -23,13 +23,9 @@ CanonicalLinear canonicalize_compressed_tensors(const LayerTensors& t, const Lay
   Tensor packed = t.need("weight_packed", {DType::i32, DType::u32}, {n, k8});
 
   CanonicalLinear w;
+  w.spec = layer_spec(t, scheme, k, n);
   LinearSpec& s = w.spec;
-  s.name = t.layer;
-  s.k = k;
-  s.n = n;
-  s.group_size = scheme.group_size;
   s.format = Format::compressed_tensors;
-  s.weight_type = scheme.symmetric ? WeightType::uint4b8 : WeightType::uint4;
 
   // weight_packed [N, K/8] holds the canonical words transposed.
   w.qweight = Tensor::zeros(DType::u32, {k8, n});

@@ -22,13 +22,8 @@ CanonicalLinear canonicalize_gptq(const LayerTensors& t, const LayerScheme& sche
   const int64_t groups = groups_for(k, scheme.group_size);
 
   CanonicalLinear w;
+  w.spec = layer_spec(t, scheme, k, n);
   LinearSpec& s = w.spec;
-  s.name = t.layer;
-  s.k = k;
-  s.n = n;
-  s.group_size = scheme.group_size;
-  s.format = scheme.format;
-  s.weight_type = scheme.symmetric ? WeightType::uint4b8 : WeightType::uint4;
   w.scales = t.need("scales", {DType::f16, DType::bf16, DType::f32}, {groups, n});
   s.scale_dtype = w.scales.dtype();
   w.qweight = qweight.as_dtype(DType::u32);  // zero copy: GPTQ's packing is the canonical one

@@ -25,17 +25,38 @@ struct Shape2 {
   int64_t k, n;
 };
 
+// A whole decimal integer, or an error naming the option and the text.
+int64_t parse_int(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw Error(Errc::invalid_argument, fmt::format("{}: expected an integer, found '{}'", option, text));
+  return v;
+}
+
+// The non-empty items of a comma-separated list.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    std::size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 std::vector<Shape2> parse_shapes(const std::string& spec) {
   std::vector<Shape2> out;
-  std::size_t start = 0;
-  while (start <= spec.size()) {
-    std::size_t end = spec.find(',', start);
-    if (end == std::string::npos) end = spec.size();
-    const std::string item = spec.substr(start, end - start);
-    start = end + 1;
-    if (item.empty()) continue;
+  for (const std::string& item : split_commas(spec)) {
     if (auto x = item.find('x'); x != std::string::npos && std::isdigit(uint8_t(item[0]))) {
-      const int64_t k = std::stoll(item.substr(0, x)), n = std::stoll(item.substr(x + 1));
+      const int64_t k = parse_int(item.substr(0, x), "--shapes"), n = parse_int(item.substr(x + 1), "--shapes");
       if (k <= 0 || n <= 0) throw Error(Errc::invalid_argument, fmt::format("--shapes: bad shape '{}'", item));
       out.push_back({item, k, n});
       continue;
@@ -53,16 +74,10 @@ std::vector<Shape2> parse_shapes(const std::string& spec) {
 
 std::vector<int64_t> parse_ms(const std::string& spec) {
   std::vector<int64_t> out;
-  std::size_t start = 0;
-  while (start <= spec.size()) {
-    std::size_t end = spec.find(',', start);
-    if (end == std::string::npos) end = spec.size();
-    if (end > start) {
-      const int64_t m = std::stoll(spec.substr(start, end - start));
-      if (m < 1) throw Error(Errc::invalid_argument, fmt::format("--m: expected values >= 1, found {}", m));
-      out.push_back(m);
-    }
-    start = end + 1;
+  for (const std::string& item : split_commas(spec)) {
+    const int64_t m = parse_int(item, "--m");
+    if (m < 1) throw Error(Errc::invalid_argument, fmt::format("--m: expected values >= 1, found {}", m));
+    out.push_back(m);
   }
   return out;
 }
@@ -195,20 +210,14 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
   const bool tty = isatty(fileno(stderr));
   std::vector<std::shared_ptr<Backend>> backends;
   {
-    std::string list = opt.backends.empty() ? o.backend : opt.backends;
+    const std::string list = opt.backends.empty() ? o.backend : opt.backends;
     if (list.empty()) {
       LinearSpec probe_spec;
       probe_spec.k = 4096; probe_spec.n = 4096; probe_spec.group_size = opt.group; probe_spec.act_dtype = DType::bf16;
       probe_spec.scale_dtype = DType::bf16;
       backends.push_back(reg->select_or_throw(probe_spec, make_policy(o)));
     }
-    std::size_t start = 0;
-    while (!list.empty() && start <= list.size()) {
-      std::size_t end = list.find(',', start);
-      if (end == std::string::npos) end = list.size();
-      const std::string name = list.substr(start, end - start);
-      start = end + 1;
-      if (name.empty()) continue;
+    for (const std::string& name : split_commas(list)) {
       auto b = reg->find(name);
       if (!b) throw Error(Errc::no_backend, fmt::format("backend '{}' does not exist; backends found: {}", name, reg->backend_names()));
       if (!b->probe().available) throw Error(Errc::no_backend, fmt::format("backend '{}': {}", name, b->probe().message));
