@@ -123,6 +123,22 @@ struct Ops<__half> {
     a[2] = hmul2_f16(hadd2_f16(lop3_and_or(q8, 0x000f000fu, kMagic), nz_lo), s_lo);
     a[3] = hmul2_f16(hfma2_f16(lop3_and_or(q8, 0x00f000f0u, kMagic), kSixteenth, nz_hi), s_hi);
   }
+  // The same without the scale: exactly q - z (the GEMV multiplies the fp32 sums of a group by it).
+  __device__ static void dequant_unscaled(uint32_t q, uint32_t nz_lo, uint32_t nz_hi, uint32_t (&a)[4]) {
+    constexpr uint32_t kMagic = 0x64006400u, kSixteenth = 0x2C002C00u;
+    const uint32_t q8 = q >> 8;
+    a[0] = hadd2_f16(lop3_and_or(q, 0x000f000fu, kMagic), nz_lo);
+    a[1] = hfma2_f16(lop3_and_or(q, 0x00f000f0u, kMagic), kSixteenth, nz_hi);
+    a[2] = hadd2_f16(lop3_and_or(q8, 0x000f000fu, kMagic), nz_lo);
+    a[3] = hfma2_f16(lop3_and_or(q8, 0x00f000f0u, kMagic), kSixteenth, nz_hi);
+  }
+  // The two scales of a record pair as floats (lower half first).
+  __device__ static float2 scales(uint32_t pair) {
+    __half2_raw r;
+    r.x = uint16_t(pair & 0xffffu);
+    r.y = uint16_t(pair >> 16);
+    return __half22float2(__half2(r));
+  }
   __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -150,6 +166,16 @@ struct Ops<__nv_bfloat16> {
     a[1] = hfma2_bf16(hfma2_bf16(lop3_and_or(q >> 4, 0x000f000fu, kMagic), kOne, nz_hi), s_hi, kNegZero);
     a[2] = hfma2_bf16(hfma2_bf16(lop3_and_or(q >> 8, 0x000f000fu, kMagic), kOne, nz_lo), s_lo, kNegZero);
     a[3] = hfma2_bf16(hfma2_bf16(lop3_and_or(q >> 12, 0x000f000fu, kMagic), kOne, nz_hi), s_hi, kNegZero);
+  }
+  __device__ static void dequant_unscaled(uint32_t q, uint32_t nz_lo, uint32_t nz_hi, uint32_t (&a)[4]) {
+    constexpr uint32_t kMagic = 0x43004300u, kOne = 0x3F803F80u;
+    a[0] = hfma2_bf16(lop3_and_or(q, 0x000f000fu, kMagic), kOne, nz_lo);
+    a[1] = hfma2_bf16(lop3_and_or(q >> 4, 0x000f000fu, kMagic), kOne, nz_hi);
+    a[2] = hfma2_bf16(lop3_and_or(q >> 8, 0x000f000fu, kMagic), kOne, nz_lo);
+    a[3] = hfma2_bf16(lop3_and_or(q >> 12, 0x000f000fu, kMagic), kOne, nz_hi);
+  }
+  __device__ static float2 scales(uint32_t pair) {
+    return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));
   }
   __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -455,6 +481,292 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
   cp_async_wait<0>();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The streaming GEMV (small M). The tiled kernel above stages everything through a shared-memory
+// pipeline, which costs ~180 warp instructions per 1024 weights (Nsight, README "Results"): at
+// M = 1 that is the limit, not DRAM. Here nothing goes through shared memory on the way in: each
+// warp streams its own contiguous K range of NS strips with 16-byte non-caching loads straight
+// into registers (U units of every strip in flight: 128 bytes per lane), reads the scale and zero
+// records and its x fragments through the read-only cache, dequantizes exactly as the tiled
+// kernel does (same Ops, same rounding) and issues the same mma. The 4 warps of a block split the
+// block's K range and sum through shared memory in warp order; blocks along grid.y split K
+// further and the last to arrive sums their fp32 partials in split order (deterministic).
+
+// 16-byte load that leaves L1 alone and marks the line evict-first in L2: every weight is read
+// once per call.
+__device__ __forceinline__ uint4 ld_stream(const uint4* ptr, uint64_t policy) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr), "l"(policy));
+  return v;
+}
+
+constexpr int kGemvWarps = 4;
+
+template <int NS, int MT8>
+struct GemvTile {
+  static constexpr int kThreads = kGemvWarps * 32;
+  static constexpr int BN = NS * kStripN;
+  static constexpr int BM = MT8 * 8;
+  // Units per strip per batch: 8 x 16 B of weights per lane (4 with 32 rows, for registers).
+  static constexpr int U = (MT8 >= 4 ? 4 : 8) / NS;
+  static constexpr int kPitch = BN + 4;    // floats; rows 2 apart land 8 banks apart
+};
+
+template <class T, int NS, int MT8>
+__global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
+  using O = Ops<T>;
+  using TL = GemvTile<NS, MT8>;
+  constexpr int W = kGemvWarps, U = TL::U;
+  __shared__ float red[W][TL::BM][TL::kPitch];
+  __shared__ int s_last;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int nti = blockIdx.x, z = blockIdx.y, mti = blockIdx.z, splits = gridDim.y;
+  const int s0 = nti * NS;
+  // K range of this block, then of this warp, in whole batches of U units (so that a batch lies
+  // in one group whenever G is a multiple of 32 * U); only the very last range may end short.
+  const int kbatches = (p.ku + U - 1) / U;
+  const int bb = int(int64_t(z) * kbatches / splits), be = int(int64_t(z + 1) * kbatches / splits);
+  const int ub = (bb + int(int64_t(be - bb) * warp / W)) * U;
+  const int ue = min(p.ku, (bb + int(int64_t(be - bb) * (warp + 1) / W)) * U);
+  const uint64_t policy = l2_policy(true);
+  const uint4* wp = static_cast<const uint4*>(p.w) + int64_t(s0) * p.ku * 32 + lane;
+
+  // This lane's rows of x for its B fragments (row mt*8 + gid of the m tile); rows past m read 0.
+  const T* xr[MT8];
+  bool xok[MT8];
+#pragma unroll
+  for (int mt = 0; mt < MT8; ++mt) {
+    const int m = mti * TL::BM + mt * 8 + gid;
+    xok[mt] = m < p.m;
+    xr[mt] = static_cast<const T*>(p.x) + int64_t(xok[mt] ? m : 0) * p.ldx + tig * 4;
+  }
+
+  float acc[NS][2][MT8][4];
+#pragma unroll
+  for (int a = 0; a < NS; ++a)
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int c = 0; c < MT8; ++c)
+#pragma unroll
+        for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
+
+  // Scale and zero records of unit u for the NS strips (r = 0..3 of layout.h in each).
+  auto records = [&](int u, uint2 (&sr)[NS], uint32_t (&zb)[NS]) {
+    const int64_t rec0 = (int64_t(unit_group(u, p.g_magic)) * p.strips + s0) * 8 + gid;
+#pragma unroll
+    for (int ns = 0; ns < NS; ++ns) {
+      sr[ns] = __ldg(static_cast<const uint2*>(p.scale_rec) + rec0 + ns * 8);
+      zb[ns] = p.zero_rec ? __ldg(reinterpret_cast<const uint32_t*>(p.zero_rec) + rec0 + ns * 8) : 0x08080808u;
+    }
+  };
+  // B fragments of unit u (0 past m and kx).
+  auto load_x = [&](int u, uint2 (&xb)[2][MT8]) {
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+      for (int mt = 0; mt < MT8; ++mt) {
+        const int64_t k = int64_t(u) * kUnitK + ks * 16;
+        xb[ks][mt] = (xok[mt] && k + tig * 4 < p.kx) ? __ldg(reinterpret_cast<const uint2*>(xr[mt] + k))
+                                                    : make_uint2(0u, 0u);
+      }
+  };
+  // One unit with the scale folded into the weights (the tiled kernel's arithmetic): for batches
+  // that straddle a group boundary (G < 32 * U, or act order's padded groups).
+  auto compute_scaled = [&](const uint4 (&q)[NS], const uint2 (&xb)[2][MT8], const uint2 (&sr)[NS],
+                            const uint32_t (&zb)[NS]) {
+#pragma unroll
+    for (int ns = 0; ns < NS; ++ns) {
+      uint32_t s2[4], nz[4];
+      s2[0] = prmt(sr[ns].x, sr[ns].x, 0x1010u);
+      s2[1] = prmt(sr[ns].x, sr[ns].x, 0x3232u);
+      s2[2] = prmt(sr[ns].y, sr[ns].y, 0x1010u);
+      s2[3] = prmt(sr[ns].y, sr[ns].y, 0x3232u);
+      O::zero_codes(zb[ns], nz);
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        uint32_t a[4];
+        O::dequant(ks == 0 ? q[ns].x : q[ns].z, s2[0], s2[1], nz[0], nz[1], a);
+#pragma unroll
+        for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][0][mt], a, xb[ks][mt].x, xb[ks][mt].y);
+        O::dequant(ks == 0 ? q[ns].y : q[ns].w, s2[2], s2[3], nz[2], nz[3], a);
+#pragma unroll
+        for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][1][mt], a, xb[ks][mt].x, xb[ks][mt].y);
+      }
+    }
+  };
+
+  // A batch: U consecutive units of the NS strips (U * NS * 16 bytes of weights per lane), their x
+  // fragments and the records of its first unit, all loaded before any is used.
+  struct Batch {
+    uint4 q[U][NS];
+    uint2 xb[U][2][MT8];
+    uint2 sr[NS];
+    uint32_t zb[NS];
+  };
+  auto load_batch = [&](int u, int ue, Batch& b) {
+#pragma unroll
+    for (int j = 0; j < U; ++j)
+#pragma unroll
+      for (int ns = 0; ns < NS; ++ns)
+        b.q[j][ns] = u + j < ue ? ld_stream(wp + (int64_t(ns) * p.ku + u + j) * 32, policy) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int j = 0; j < U; ++j) {
+      if (u + j < ue) {
+        load_x(u + j, b.xb[j]);
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int mt = 0; mt < MT8; ++mt) b.xb[j][ks][mt] = make_uint2(0u, 0u);
+      }
+    }
+    records(u, b.sr, b.zb);
+  };
+  // A batch inside one group (the usual case: batches are U-aligned and G = 128 is 4 units) is
+  // summed exactly as q - z into fresh fp32 accumulators and scaled once per batch: 16 fewer
+  // instructions per unit than folding the scale into every weight, and one rounding less.
+  auto compute_batch = [&](int u, int ue, const Batch& b) {
+    if (unit_group(u, p.g_magic) == unit_group(min(u + U, ue) - 1, p.g_magic)) {
+      float part[NS][2][MT8][4];
+#pragma unroll
+      for (int ns = 0; ns < NS; ++ns) {
+        uint32_t nz[4];
+        O::zero_codes(b.zb[ns], nz);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) part[ns][nt][mt][c] = 0.f;
+#pragma unroll
+        for (int j = 0; j < U; ++j)
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks) {
+            uint32_t a[4];
+            O::dequant_unscaled(ks == 0 ? b.q[j][ns].x : b.q[j][ns].z, nz[0], nz[1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT8; ++mt) O::mma(part[ns][0][mt], a, b.xb[j][ks][mt].x, b.xb[j][ks][mt].y);
+            O::dequant_unscaled(ks == 0 ? b.q[j][ns].y : b.q[j][ns].w, nz[2], nz[3], a);
+#pragma unroll
+            for (int mt = 0; mt < MT8; ++mt) O::mma(part[ns][1][mt], a, b.xb[j][ks][mt].x, b.xb[j][ks][mt].y);
+          }
+        const float2 s01 = O::scales(b.sr[ns].x), s23 = O::scales(b.sr[ns].y);
+        const float sc[4] = {s01.x, s01.y, s23.x, s23.y};  // r = 2 * nt + (c >> 1)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+              acc[ns][nt][mt][c] = fmaf(sc[2 * nt + (c >> 1)], part[ns][nt][mt][c], acc[ns][nt][mt][c]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < U; ++j) {
+        if (u + j >= ue) break;
+        uint2 sr[NS];
+        uint32_t zb[NS];
+        records(u + j, sr, zb);
+        compute_scaled(b.q[j], b.xb[j], sr, zb);
+      }
+    }
+  };
+
+  // One batch at a time (double-buffering two batches measured slower: twice the registers, half
+  // the warps per SM). The last batch of the K range is partial only when ku is not a multiple
+  // of U: its missing units load as zero weights and zero x, which add exactly 0.
+  for (int u = ub; u < ue; u += U) {
+    Batch b;
+    load_batch(u, ue, b);
+    compute_batch(u, ue, b);
+  }
+
+  // ---- sum the warps, then the splits; bias; store ----
+#pragma unroll
+  for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          int col, row;
+          acc_position(lane, nt, c, &col, &row);
+          red[warp][mt * 8 + row][ns * kStripN + col] = acc[ns][nt][mt][c];
+        }
+  __syncthreads();
+  const int m0 = mti * TL::BM, rows = min(TL::BM, p.m - m0);
+  const int64_t ldp = int64_t(p.strips) * kStripN;  // row pitch of the partials
+  T* y = static_cast<T*>(p.y);
+  const T* bias = static_cast<const T*>(p.bias);
+  auto store = [&](int r, int f, float v) {
+    const int n = s0 * kStripN + f;
+    if (n < p.n) y[int64_t(m0 + r) * p.n + n] = O::from_float(v + (bias ? O::to_float(bias[n]) : 0.f));
+  };
+  if (splits == 1) {
+    for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
+      const int r = o / TL::BN, f = o % TL::BN;
+      float v = 0.f;
+#pragma unroll
+      for (int w = 0; w < W; ++w) v += red[w][r][f];
+      store(r, f, v);
+    }
+    return;
+  }
+  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
+    const int r = o / TL::BN, f = o % TL::BN;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) v += red[w][r][f];
+    p.partials[(int64_t(z) * p.m + m0 + r) * ldp + s0 * kStripN + f] = v;
+  }
+  __threadfence();
+  __syncthreads();
+  const int tile = mti * gridDim.x + nti;
+  if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[tile], 1) == splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
+    const int r = o / TL::BN, f = o % TL::BN;
+    const float* src = p.partials + int64_t(m0 + r) * ldp + s0 * kStripN + f;
+    float v = 0.f;
+#pragma unroll 4
+    for (int zz = 0; zz < splits; ++zz) v += __ldcg(src + int64_t(zz) * p.m * ldp);  // in split order
+    store(r, f, v);
+  }
+  if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch (stream order)
+}
+
+// GEMV variants:             id  NS MT8
+#define NIBBLE_CUDA_GEMV_VARIANTS(X) \
+  X(kV1, 2, 1)                       \
+  X(kV2, 2, 2)                       \
+  X(kV4, 2, 4)
+
+template <class T, int NS, int MT8>
+cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
+  using TL = GemvTile<NS, MT8>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8>;
+  int per_sm = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
+  if (e != cudaSuccess) return e;
+  info = KernelInfo{name, TL::BN, TL::BM, TL::kThreads, 0, per_sm * sms, TL::U};
+  return cudaSuccess;
+}
+
+template <class T, int NS, int MT8>
+cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
+  using TL = GemvTile<NS, MT8>;
+  w4a16_gemv_kernel<T, NS, MT8><<<dim3(p.n_tiles, splits, p.m_tiles), TL::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // The list of variants (keep it short: every entry is compiled for every architecture).
 //                       NS MT8 WN WM STAGES
 #define NIBBLE_CUDA_VARIANTS(X) \
@@ -478,7 +790,7 @@ cudaError_t setup_one(KernelInfo& info, const char* name, int sms) {
   int per_sm = 0;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, TL::kSmem);
   if (e != cudaSuccess) return e;
-  info = KernelInfo{name, TL::BN, TL::BM, TL::kThreads, TL::kSmem, per_sm * sms};
+  info = KernelInfo{name, TL::BN, TL::BM, TL::kThreads, TL::kSmem, per_sm * sms, kTileK / kUnitK};
   return cudaSuccess;
 }
 
@@ -634,6 +946,11 @@ cudaError_t kernel_setup(KernelInfo info[2][kNumKernels]) {
   if ((e = setup_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(info[1][id], name, sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_VARIANTS(NIBBLE_SETUP)
 #undef NIBBLE_SETUP
+#define NIBBLE_SETUP_GEMV(id, NS, MT8)                                                              \
+  if ((e = setup_gemv<__half, NS, MT8>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
+  if ((e = setup_gemv<__nv_bfloat16, NS, MT8>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
+  NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_SETUP_GEMV)
+#undef NIBBLE_SETUP_GEMV
   return cudaSuccess;
 }
 
@@ -642,11 +959,17 @@ cudaError_t launch_gemm(KernelId id, Act act, const GemmParams& p, int grid, cud
   case kid:                                                                                        \
     return act == Act::f16 ? launch_one<__half, NS, MT8, WN, WM, ST>(p, grid, stream)              \
                            : launch_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(p, grid, stream);
+#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8)                                              \
+  case kid:                                                                              \
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8>(p, grid, stream)           \
+                           : launch_gemv<__nv_bfloat16, NS, MT8>(p, grid, stream);
   switch (id) {
     NIBBLE_CUDA_VARIANTS(NIBBLE_LAUNCH)
+    NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)
     default: return cudaErrorInvalidValue;
   }
 #undef NIBBLE_LAUNCH
+#undef NIBBLE_LAUNCH_GEMV
 }
 
 cudaError_t launch_repack_weights(const uint32_t* qweight, int64_t k, int64_t n, const int32_t* perm,

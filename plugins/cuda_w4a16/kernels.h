@@ -18,7 +18,15 @@ enum class Act : int32_t { f16 = 1, bf16 = 2 };
 ///   s4: BN 128, BM  32, 4 warps   (M <= 32)
 ///   s8: BN 128, BM  64, 4 warps   (M <= 64)
 ///   l:  BN 256, BM 128, 8 warps   (large M: 64 x 64 warp tiles, tensor-core bound)
-enum KernelId : int32_t { kS1 = 0, kS2, kS4, kS8, kL, kNumKernels };
+/// and the streaming GEMV kernel (kernels.cu, w4a16_gemv_kernel): no shared-memory pipeline, each
+/// warp streams its own contiguous K range of 2 strips straight from global memory into
+/// registers, 4 warps of a block split the block's K range and sum in shared memory, blocks split
+/// K further (grid.y) and the last one to arrive sums their fp32 partials in order.
+///   v1: BN 64, BM 8     v2: BN 64, BM 16     v4: BN 64, BM 32
+enum KernelId : int32_t { kS1 = 0, kS2, kS4, kS8, kL, kV1, kV2, kV4, kNumKernels };
+inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4"};
+/// True for the GEMV variants: `grid` of launch_gemm is then the number of K splits.
+constexpr bool is_gemv(int id) { return id >= kV1 && id < kNumKernels; }
 
 struct KernelInfo {
   const char* name;
@@ -26,6 +34,7 @@ struct KernelInfo {
   int32_t threads;      // threads per block
   int32_t smem_bytes;   // dynamic shared memory per block
   int32_t slots;        // resident blocks on the whole device (filled in by kernel_setup)
+  int32_t step_units;   // k-units per pipeline stage (tiled) or per load batch of a warp (GEMV)
 };
 
 /// Sets the shared-memory limits of every variant on the current device and fills `info`
@@ -40,7 +49,7 @@ struct GemmParams {
   const void* x;            // act dtype [m][ldx]; columns >= kx read as 0; rows 16-byte aligned
   const void* bias;         // act dtype [n], or null
   void* y;                  // act dtype [m][n]
-  float* partials;          // stream-K partial tiles: [2 * grid][bm * bn] fp32
+  float* partials;          // stream-K partial tiles: [2 * grid][bm * bn] fp32; GEMV: [splits][m][strips * 32]
   int32_t* counters;        // [m_tiles * n_tiles] arrival counters: zero on entry, left zero
   int64_t ldx;              // row pitch of x in elements (multiple of 8)
   int64_t kx;               // valid columns of x (multiple of 8); <= ku * 32
@@ -55,7 +64,8 @@ struct GemmParams {
   int32_t evict_first;      // 1: stream the weights with an L2 evict-first policy (read once)
 };
 
-/// y = x * W (+ bias) with variant `id` on `grid` blocks (1 <= grid <= m_tiles * n_tiles * kt).
+/// y = x * W (+ bias) with variant `id` on `grid` blocks (1 <= grid <= m_tiles * n_tiles * kt); for
+/// the GEMV variants on m_tiles x n_tiles x `grid` blocks, `grid` (<= ku, <= 65535) splitting K.
 cudaError_t launch_gemm(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 
 /// process_weights: canonical qweight u32 [ceil(k/8)][n] (optionally rows gathered through

@@ -144,7 +144,7 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
 
 // ---- options ----------------------------------------------------------------------------------
 
-// "kernel": auto, or a variant name (s1 s2 s4 s8 l) or "cublas" to force one for every M.
+// "kernel": auto, or a variant name (s1 s2 s4 s8 l v1 v2 v4) or "cublas" to force one for every M.
 // "cublas_min_m": smallest M for which apply() may dequantize to a dense temporary and call cuBLAS
 // when cuBLAS loads (0 = never; see make_plan for where it is chosen). Both can also be set with
 // NIBBLE_CUDA_KERNEL / NIBBLE_CUDA_CUBLAS_MIN_M.
@@ -152,16 +152,15 @@ struct Options {
   std::mutex mu;
   int forced = -1;          // KernelId, kNumKernels for cublas, -1 for auto
   int64_t cublas_min_m = 65;
-  int min_stages = 0;       // override of min_stages() (0 = the built-in table)
+  int min_stages = 0;       // override of min_stages() (0 = the built-in table); GEMV: units per warp
 };
 Options& options() {
   static auto* o = [] {
     auto* o = new Options;
     if (const char* k = std::getenv("NIBBLE_CUDA_KERNEL")) {
       const std::string v = k;
-      const char* names[] = {"s1", "s2", "s4", "s8", "l"};
       for (int i = 0; i < kNumKernels; ++i)
-        if (v == names[i]) o->forced = i;
+        if (v == kKernelNames[i]) o->forced = i;
       if (v == "cublas") o->forced = kNumKernels;
     }
     if (const char* m = std::getenv("NIBBLE_CUDA_CUBLAS_MIN_M")) o->cublas_min_m = std::atoll(m);
@@ -246,16 +245,26 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
     cublas_min_m = o.cublas_min_m;
     stages_override = o.min_stages;
   }
-  // The default choice, from the H200 sweep of every variant on PERF.md's shapes (README.md,
-  // "Results"): the streaming variants up to M = 64 (s4 rather than s8 at M = 33..64 on layers
-  // under 64 M weights); above, dequantize + cuBLAS, except the 64x64-warp-tile kernel l for
+  // The default choice, from the H200 sweeps of every variant on PERF.md's shapes (README.md,
+  // "Results"): the GEMV variants up to M = 32 (v1 reads the weights once per 8 rows, v2 and v4
+  // hold 16 and 32 rows and fewer warps per SM: which wins depends on the shape), the tiled
+  // s4 / s8 up to 64; above, dequantize + cuBLAS, except the 64x64-warp-tile kernel l for
   // M <= 128 on layers of 96 M weights or more, where it was faster. Without cuBLAS: l above 64.
   const int64_t weights = p.k * p.n;
   const bool cublas_ok = cublas_min_m > 0 && m >= cublas_min_m && !(m <= 128 && weights >= (int64_t(96) << 20));
   if (forced >= 0) {
     plan.kernel = forced;
+  } else if (m <= 8) {
+    plan.kernel = kV1;
+  } else if (m <= 16) {
+    plan.kernel = p.k >= 8192 && p.n >= 8192 ? kV2 : kV1;
+  } else if (m <= 32) {
+    if (p.k >= 8192 && p.n >= 8192)
+      plan.kernel = p.n >= 10240 && p.k < 16384 ? kV2 : kV4;
+    else
+      plan.kernel = weights >= (int64_t(48) << 20) ? kV4 : kV1;
   } else if (m <= 64) {
-    plan.kernel = m <= 8 ? kS1 : m <= 16 ? kS2 : (m <= 32 || weights < (int64_t(64) << 20)) ? kS4 : kS8;
+    plan.kernel = weights < (int64_t(64) << 20) ? kS4 : kS8;
   } else if (cublas_ok && cublas_available(nullptr)) {
     plan.kernel = kNumKernels;
   } else {
@@ -265,6 +274,26 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
   const KernelInfo& ki = d.info[p.act == Act::f16 ? 0 : 1][plan.kernel];
   plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
   plan.n_tiles = int32_t(p.n_pad / ki.bn);
+  if (is_gemv(plan.kernel)) {
+    // K splits. Blocks run in waves of ki.slots, so the time is about
+    //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
+    // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the
+    // least is used, with at least one batch per warp (or `min_stages` batches if set).
+    const int64_t tiles = int64_t(plan.m_tiles) * plan.n_tiles, slots = std::max(1, ki.slots);
+    const int64_t batches = (p.ku + ki.step_units - 1) / ki.step_units;
+    const int64_t warps = ki.threads / 32;
+    if (stages_override > 0) {
+      plan.grid = int(std::clamp<int64_t>(batches / (warps * stages_override), 1, 65535));
+      return plan;
+    }
+    const int64_t most = std::clamp<int64_t>(batches / warps, 1, 1024);
+    double best = 0;
+    for (int64_t sp = 1; sp <= most; ++sp) {
+      const double t = double((tiles * sp + slots - 1) / slots) * (double(batches) / double(warps * sp) + 4.0);
+      if (sp == 1 || t < best) best = t, plan.grid = int(sp);
+    }
+    return plan;
+  }
   const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * p.kt;  // < 2^31: checked in apply()
   int64_t grid = std::max<int64_t>(1, work / (stages_override > 0 ? stages_override : min_stages(plan.kernel)));
   grid = std::min<int64_t>(grid, std::max(1, ki.slots));
@@ -497,10 +526,12 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (plan.kernel == kNumKernels) return apply_cublas(p, xk, kx, m, y->data, ws, stream, msg, cap);
 
     const KernelInfo& ki = d->info[p.act == Act::f16 ? 0 : 1][plan.kernel];
-    if (int64_t(plan.m_tiles) * plan.n_tiles * p.kt >= (int64_t(1) << 31))
-      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "M=%lld x N=%lld x K=%lld is too large for one launch",
-                  (long long)m, (long long)p.n, (long long)p.k);
-    const size_t part_bytes = size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4;
+    const bool gemv = is_gemv(plan.kernel);
+    if (int64_t(plan.m_tiles) * plan.n_tiles * p.kt >= (int64_t(1) << 31) || (gemv && plan.m_tiles > 65535))
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "M=%lld x N=%lld x K=%lld is too large for one launch of %s",
+                  (long long)m, (long long)p.n, (long long)p.k, ki.name);
+    const size_t part_bytes = gemv ? (plan.grid > 1 ? size_t(plan.grid) * size_t(m) * size_t(p.n_pad) * 4 : 4)
+                                   : size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4;
     const size_t cnt_bytes = size_t(plan.m_tiles) * size_t(plan.n_tiles) * 4;
     if (int32_t st = ensure(ws.partials, part_bytes, false, stream, msg, cap)) return st;
     if (int32_t st = ensure(ws.counters, cnt_bytes, true, stream, msg, cap)) return st;
@@ -547,6 +578,9 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     const Plan plan = make_plan(p, *d, m);
     if (plan.kernel == kNumKernels) return fail(NIBBLE_OK, msg, cap, "dequant+cublas");
     const KernelInfo& ki = d->info[p.act == Act::f16 ? 0 : 1][plan.kernel];
+    if (is_gemv(plan.kernel))
+      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", ki.name, ki.bn, ki.bm,
+                  plan.n_tiles, plan.m_tiles, plan.grid);
     return fail(NIBBLE_OK, msg, cap, "%s (BN %d x BM %d, stream-K grid %d)", ki.name, ki.bn, ki.bm, plan.grid);
   });
 }
@@ -583,7 +617,6 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
   std::lock_guard<std::mutex> lock(o.mu);
   const std::string k = key, v = value;
   if (k == "kernel") {
-    const char* names[] = {"s1", "s2", "s4", "s8", "l"};
     if (v == "auto") {
       o.forced = -1;
       return NIBBLE_OK;
@@ -595,11 +628,11 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
       return NIBBLE_OK;
     }
     for (int i = 0; i < kNumKernels; ++i)
-      if (v == names[i]) {
+      if (v == kKernelNames[i]) {
         o.forced = i;
         return NIBBLE_OK;
       }
-    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "kernel: expected auto, s1, s2, s4, s8, l or cublas, found '%s'",
+    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "kernel: expected auto, s1, s2, s4, s8, l, v1, v2, v4 or cublas, found '%s'",
                 value);
   }
   if (k == "cublas_min_m") {
