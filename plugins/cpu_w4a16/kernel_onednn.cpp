@@ -61,10 +61,11 @@ struct OnednnPath::Impl {
   }
 };
 
-OnednnPath::OnednnPath(const CpuWeights& w) : impl_(new Impl) {
+OnednnPath::OnednnPath(const CpuWeights& w, bool bf16_act) : impl_(new Impl) {
   impl_->w = &w;
-  impl_->bf16 = __builtin_cpu_supports("avx512bf16");
+  impl_->bf16 = bf16_act && __builtin_cpu_supports("avx512bf16");
 }
+bool OnednnPath::bf16() const { return impl_->bf16; }
 OnednnPath::~OnednnPath() = default;
 
 int64_t OnednnPath::y_stride() const { return (impl_->w->tiles * kTileN + kPanelN - 1) / kPanelN * kPanelN; }

@@ -44,8 +44,12 @@ nibble_capabilities make_caps() {
 
 const nibble_capabilities kCaps = make_caps();
 
-// The measured crossover between the fused kernel and the oneDNN path (docs/benchmarks.md).
-constexpr int64_t kDefaultOnednnMinM = 64;
+// The crossover between the fused kernel and the oneDNN path, measured (docs/benchmarks.md). With
+// the bf16 brgemm (bf16 activations on a CPU with avx512_bf16; measured on a Sapphire Rapids host
+// with AMX, 2 threads) oneDNN won from M = 256 on the large layers and from 1024 on all; the f32
+// brgemm lost to the fused kernel at every M measured (64 ... 1024 on the 2-core development
+// machine), so it is never chosen by default.
+constexpr int64_t kBf16OnednnMinM = 256;
 
 struct Prepared {
   nibble_linear_spec spec;
@@ -54,18 +58,18 @@ struct Prepared {
   std::unique_ptr<OnednnPath> onednn;
 };
 
-// From this M on, the oneDNN path runs (measured: docs/benchmarks.md); NIBBLE_CPU_PATH=fused or
-// =onednn forces one path (for tests), the option "onednn_min_m" moves the crossover.
+// From this M on, the oneDNN path runs (kBf16OnednnMinM or never); NIBBLE_CPU_PATH=fused or =onednn
+// forces one path (for tests), the option "onednn_min_m" moves the crossover.
 std::atomic<int64_t> g_onednn_min_m{-1};
 
-int64_t onednn_min_m() {
+int64_t onednn_min_m(const OnednnPath& path) {
   const int64_t v = g_onednn_min_m.load(std::memory_order_relaxed);
   if (v >= 0) return v;
-  if (const char* path = std::getenv("NIBBLE_CPU_PATH")) {
-    if (std::strcmp(path, "onednn") == 0) return 1;
-    if (std::strcmp(path, "fused") == 0) return INT64_MAX;
+  if (const char* env = std::getenv("NIBBLE_CPU_PATH")) {
+    if (std::strcmp(env, "onednn") == 0) return 1;
+    if (std::strcmp(env, "fused") == 0) return INT64_MAX;
   }
-  return kDefaultOnednnMinM;
+  return path.bf16() ? kBf16OnednnMinM : INT64_MAX;
 }
 
 int32_t probe(char* msg, size_t cap) {
@@ -92,7 +96,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     try {
       p->w = prepare_cpu_weights(*s, *w);
       p->kernel = best_fused_kernel();
-      p->onednn = std::make_unique<OnednnPath>(p->w);
+      p->onednn = std::make_unique<OnednnPath>(p->w, s->act_dtype == NIBBLE_DTYPE_BF16);
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
     }
@@ -116,7 +120,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
     Scratch& sc = t_scratch;
-    const bool large = m >= onednn_min_m();
+    const bool large = m >= onednn_min_m(*p.onednn);
     const int64_t rb = large ? 1 : p.kernel.rows, blocks = (m + rb - 1) / rb;
     const int64_t ldy = large ? p.onednn->y_stride() : w.tiles * kTileN;
     sc.xp.resize(size_t(blocks * w.lines * rb * 8));
@@ -218,7 +222,7 @@ void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
 int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
-  if (m >= onednn_min_m()) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
+  if (m >= onednn_min_m(*p.onednn)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
   return fail(NIBBLE_OK, msg, cap, "fused-%s", p.kernel.name);
 }
 
