@@ -82,9 +82,10 @@ std::vector<int64_t> parse_ms(const std::string& spec) {
   return out;
 }
 
-// Times fn(i) (call i of a rotation) and returns the median microseconds of one call.
+// Times fn(i) (call i of a rotation) and returns the median microseconds of one call, or the
+// fastest call with `best` (for ceilings: the best the machine showed, not a typical call).
 template <class Fn>
-double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s) {
+double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s, bool best = false) {
   fn(0);  // warm-up
   b.sync();
   const auto t0 = std::chrono::steady_clock::now();
@@ -114,6 +115,7 @@ double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s
       us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - s).count());
     }
   }
+  if (best) return *std::min_element(us.begin(), us.end());
   std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
   return us[us.size() / 2];
 }
@@ -256,7 +258,7 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
           continue;
         }
         DeviceBuffer dx = b.alloc(std::size_t(sq * sq) * dtype_size(pd)), dy = b.alloc(std::size_t(sq * sq) * dtype_size(pd));
-        const double us = measure(b, [&](int) { dense_apply(d, dx.get(), dy.get(), sq, s); }, 1, cpu ? 3 : 20, 1.0);
+        const double us = measure(b, [&](int) { dense_apply(d, dx.get(), dy.get(), sq, s); }, 1, cpu ? 5 : 20, 1.0, true);
         const double f = 2.0 * double(sq) * double(sq) * double(sq) / (us * 1e-6);
         if (f > peak) {
           peak = f;
