@@ -51,7 +51,7 @@ void row_block(const CpuWeights& w, int64_t t, const float* xp, int64_t rb, cons
     const V zv = T::load(z + g * kTileN);
     const int64_t l1 = w.group_line[size_t(g + 1)];
     for (int64_t l = w.group_line[size_t(g)]; l < l1; ++l) {
-      T::prefetch(q + (l + 8) * kTileN);  // 512 bytes ahead: the tile is one stream
+      T::prefetch(q + (l + 64) * kTileN);  // 4 KiB ahead (measured: 8, 32, 64, 128, 192 lines; docs/benchmarks.md)
       const typename T::W code = T::load_codes(q + l * kTileN);
       const float* xl = xp + l * rb * 8;
       step<T, MB, kExact, 0>(code, zv, xl, acc);
