@@ -17,6 +17,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels.h"
 #include "layout.h"
 
@@ -193,6 +195,20 @@ __device__ __forceinline__ int unit_group(int u, uint32_t magic) {
   return magic ? int(__umulhi(uint32_t(u), magic)) : u;
 }
 
+// Calls f(ns, nt, mt, c) for every element of a warp's accumulators acc[NS][2][MT8][4] (strip,
+// n16 half, m8 tile, mma output element), fully unrolled.
+template <int NS, int MT8, class F>
+__device__ __forceinline__ void for_each_acc(F&& f) {
+#pragma unroll
+  for (int ns = 0; ns < NS; ++ns)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT8; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) f(ns, nt, mt, c);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The matmul.
 
@@ -281,14 +297,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
 
   // ---- consumer state ----
   float acc[NS][2][MT8][4];
-#pragma unroll
-  for (int a = 0; a < NS; ++a)
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int c = 0; c < MT8; ++c)
-#pragma unroll
-        for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
+  for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) { acc[ns][nt][mt][c] = 0.f; });
   auto compute = [&](int s, int kt) {
     const unsigned char* st = smem + s * TL::kStageBytes;
     const uint4* sw = reinterpret_cast<const uint4*>(st);
@@ -352,19 +361,12 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
       const int64_t bf = block_of(t0), bl = block_of(t1 - 1);
       float* mine = p.partials + slot_of(blockIdx.x) * int64_t(TL::BM * TL::BN);
       // [BM][BN] fp32, rows < m only: a lane's 8 gid neighbours write 32 contiguous bytes.
-#pragma unroll
-      for (int ns = 0; ns < NS; ++ns)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int mt = 0; mt < MT8; ++mt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              int col, row;
-              acc_position(lane, nt, c, &col, &row);
-              if (m_base + mt * 8 + row < p.m)
-                mine[(row_base + mt * 8 + row) * TL::BN + (wn * NS + ns) * kStripN + col] = acc[ns][nt][mt][c];
-            }
+      for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) {
+        int col, row;
+        acc_position(lane, nt, c, &col, &row);
+        if (m_base + mt * 8 + row < p.m)
+          mine[(row_base + mt * 8 + row) * TL::BN + (wn * NS + ns) * kStripN + col] = acc[ns][nt][mt][c];
+      });
       __threadfence();
       __syncthreads();
       if (tid == 0) s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
@@ -373,14 +375,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
       __threadfence();
       // Last to arrive: sum all parts in block order, its own re-read from memory too, so the sum
       // is the same whichever block is last and no second accumulator array is needed.
-#pragma unroll
-      for (int a = 0; a < NS; ++a)
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-          for (int c = 0; c < MT8; ++c)
-#pragma unroll
-            for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
+      for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) { acc[ns][nt][mt][c] = 0.f; });
       // One (strip, n16) slice at a time, PU parts per round: the loads of PU parts are issued
       // before any of them is added, so the sum costs (parts / PU) L2 round trips instead of
       // one per part (the small tiles of skinny shapes have up to ~16 parts), while the 64x64
@@ -466,14 +461,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
     compute(slot, kt);
     if (kt == KT - 1 || i == ie - 1) {
       epilogue(t);
-#pragma unroll
-      for (int a = 0; a < NS; ++a)
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-          for (int c = 0; c < MT8; ++c)
-#pragma unroll
-            for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
+      for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) { acc[ns][nt][mt][c] = 0.f; });
     }
     advance(t, kt);
     slot = slot == STAGES - 1 ? 0 : slot + 1;
@@ -546,14 +534,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   }
 
   float acc[NS][2][MT8][4];
-#pragma unroll
-  for (int a = 0; a < NS; ++a)
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int c = 0; c < MT8; ++c)
-#pragma unroll
-        for (int d = 0; d < 4; ++d) acc[a][b][c][d] = 0.f;
+  for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) { acc[ns][nt][mt][c] = 0.f; });
 
   // Scale and zero records of unit u for the NS strips (r = 0..3 of layout.h in each).
   auto records = [&](int u, uint2 (&sr)[NS], uint32_t (&zb)[NS]) {
@@ -564,15 +545,34 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
       zb[ns] = p.zero_rec ? __ldg(reinterpret_cast<const uint32_t*>(p.zero_rec) + rec0 + ns * 8) : 0x08080808u;
     }
   };
-  // B fragments of unit u (0 past m and kx).
-  auto load_x = [&](int u, uint2 (&xb)[2][MT8]) {
+  // B fragments of unit u (0 past m and kx, and for a unit past the warp's range: !valid).
+  auto load_x = [&](int u, bool valid, uint2 (&xb)[2][MT8]) {
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
       for (int mt = 0; mt < MT8; ++mt) {
         const int64_t k = int64_t(u) * kUnitK + ks * 16;
-        xb[ks][mt] = (xok[mt] && k + tig * 4 < p.kx) ? __ldg(reinterpret_cast<const uint2*>(xr[mt] + k))
-                                                    : make_uint2(0u, 0u);
+        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? __ldg(reinterpret_cast<const uint2*>(xr[mt] + k))
+                                                              : make_uint2(0u, 0u);
+      }
+  };
+  // The 4 words of one unit of one strip (k16 step ks, n16 half nt: q.x, q.y, q.z, q.w)
+  // dequantized and multiplied into c[nt][mt]: with the scale folded into the weights (s2: the
+  // record's scales as duplicated pairs) or as exact q - z (s2 unused).
+  auto strip_mma = [&](auto scaled, const uint4& q, const uint2 (&xb)[2][MT8], const uint32_t (&s2)[4],
+                       const uint32_t (&nz)[4], float (&c)[2][MT8][4]) {
+    const uint32_t words[2][2] = {{q.x, q.y}, {q.z, q.w}};
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        uint32_t a[4];
+        if constexpr (decltype(scaled)::value)
+          O::dequant(words[ks][nt], s2[2 * nt], s2[2 * nt + 1], nz[2 * nt], nz[2 * nt + 1], a);
+        else
+          O::dequant_unscaled(words[ks][nt], nz[2 * nt], nz[2 * nt + 1], a);
+#pragma unroll
+        for (int mt = 0; mt < MT8; ++mt) O::mma(c[nt][mt], a, xb[ks][mt].x, xb[ks][mt].y);
       }
   };
   // One unit with the scale folded into the weights (the tiled kernel's arithmetic): for batches
@@ -587,16 +587,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
       s2[2] = prmt(sr[ns].y, sr[ns].y, 0x1010u);
       s2[3] = prmt(sr[ns].y, sr[ns].y, 0x3232u);
       O::zero_codes(zb[ns], nz);
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
-        uint32_t a[4];
-        O::dequant(ks == 0 ? q[ns].x : q[ns].z, s2[0], s2[1], nz[0], nz[1], a);
-#pragma unroll
-        for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][0][mt], a, xb[ks][mt].x, xb[ks][mt].y);
-        O::dequant(ks == 0 ? q[ns].y : q[ns].w, s2[2], s2[3], nz[2], nz[3], a);
-#pragma unroll
-        for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][1][mt], a, xb[ks][mt].x, xb[ks][mt].y);
-      }
+      strip_mma(std::true_type{}, q[ns], xb, s2, nz, acc[ns]);
     }
   };
 
@@ -617,7 +608,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       if (u + j < ue) {
-        load_x(u + j, b.xb[j]);
+        load_x(u + j, true, b.xb[j]);
       } else {
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)
@@ -632,38 +623,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   // instructions per unit than folding the scale into every weight, and one rounding less.
   auto compute_batch = [&](int u, int ue, const Batch& b) {
     if (unit_group(u, p.g_magic) == unit_group(min(u + U, ue) - 1, p.g_magic)) {
-      float part[NS][2][MT8][4];
+      const uint32_t unused[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int ns = 0; ns < NS; ++ns) {
+      for (int ns = 0; ns < NS; ++ns) {  // one strip at a time: fewer live registers
+        float part[2][MT8][4];
+        for_each_acc<1, MT8>([&](int, int nt, int mt, int c) { part[nt][mt][c] = 0.f; });
         uint32_t nz[4];
         O::zero_codes(b.zb[ns], nz);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int mt = 0; mt < MT8; ++mt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) part[ns][nt][mt][c] = 0.f;
-#pragma unroll
-        for (int j = 0; j < U; ++j)
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) {
-            uint32_t a[4];
-            O::dequant_unscaled(ks == 0 ? b.q[j][ns].x : b.q[j][ns].z, nz[0], nz[1], a);
-#pragma unroll
-            for (int mt = 0; mt < MT8; ++mt) O::mma(part[ns][0][mt], a, b.xb[j][ks][mt].x, b.xb[j][ks][mt].y);
-            O::dequant_unscaled(ks == 0 ? b.q[j][ns].y : b.q[j][ns].w, nz[2], nz[3], a);
-#pragma unroll
-            for (int mt = 0; mt < MT8; ++mt) O::mma(part[ns][1][mt], a, b.xb[j][ks][mt].x, b.xb[j][ks][mt].y);
-          }
+        for (int j = 0; j < U; ++j) strip_mma(std::false_type{}, b.q[j][ns], b.xb[j], unused, nz, part);
         const float2 s01 = O::scales(b.sr[ns].x), s23 = O::scales(b.sr[ns].y);
         const float sc[4] = {s01.x, s01.y, s23.x, s23.y};  // r = 2 * nt + (c >> 1)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int mt = 0; mt < MT8; ++mt)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              acc[ns][nt][mt][c] = fmaf(sc[2 * nt + (c >> 1)], part[ns][nt][mt][c], acc[ns][nt][mt][c]);
+        for_each_acc<1, MT8>([&](int, int nt, int mt, int c) {
+          acc[ns][nt][mt][c] = fmaf(sc[2 * nt + (c >> 1)], part[nt][mt][c], acc[ns][nt][mt][c]);
+        });
       }
     } else {
 #pragma unroll
@@ -687,18 +660,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   }
 
   // ---- sum the warps, then the splits; bias; store ----
-#pragma unroll
-  for (int ns = 0; ns < NS; ++ns)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int mt = 0; mt < MT8; ++mt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          int col, row;
-          acc_position(lane, nt, c, &col, &row);
-          red[warp][mt * 8 + row][ns * kStripN + col] = acc[ns][nt][mt][c];
-        }
+  for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) {
+    int col, row;
+    acc_position(lane, nt, c, &col, &row);
+    red[warp][mt * 8 + row][ns * kStripN + col] = acc[ns][nt][mt][c];
+  });
   __syncthreads();
   const int m0 = mti * TL::BM, rows = min(TL::BM, p.m - m0);
   const int64_t ldp = int64_t(p.strips) * kStripN;  // row pitch of the partials
@@ -708,23 +674,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
     const int n = s0 * kStripN + f;
     if (n < p.n) y[int64_t(m0 + r) * p.n + n] = O::from_float(v + (bias ? O::to_float(bias[n]) : 0.f));
   };
-  if (splits == 1) {
-    for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
-      const int r = o / TL::BN, f = o % TL::BN;
-      float v = 0.f;
-#pragma unroll
-      for (int w = 0; w < W; ++w) v += red[w][r][f];
-      store(r, f, v);
-    }
-    return;
-  }
-  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
-    const int r = o / TL::BN, f = o % TL::BN;
+  auto warp_sum = [&](int r, int f) {  // in warp order
     float v = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) v += red[w][r][f];
-    p.partials[(int64_t(z) * p.m + m0 + r) * ldp + s0 * kStripN + f] = v;
+    return v;
+  };
+  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
+    const int r = o / TL::BN, f = o % TL::BN;
+    if (splits == 1)
+      store(r, f, warp_sum(r, f));
+    else
+      p.partials[(int64_t(z) * p.m + m0 + r) * ldp + s0 * kStripN + f] = warp_sum(r, f);
   }
+  if (splits == 1) return;
   __threadfence();
   __syncthreads();
   const int tile = mti * gridDim.x + nti;
