@@ -15,7 +15,7 @@ namespace nibble::cpu {
 
 double read_bandwidth(size_t bytes, int threads) {
   bytes = bytes / 4096 * 4096;
-  auto* p = static_cast<uint64_t*>(::operator new(bytes, std::align_val_t(64)));
+  auto* p = static_cast<uint64_t*>(stream_alloc(bytes));  // the weights' allocation, pages included
   std::memset(p, 1, bytes);
   const std::string isa = best_fused_kernel().name;
   uint64_t (*stream)(const void*, size_t) = isa == "avx512" ? read_stream_avx512 : isa == "avx2" ? read_stream_avx2 : nullptr;
@@ -38,7 +38,7 @@ double read_bandwidth(size_t bytes, int threads) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     sink = sink + total;
   }
-  ::operator delete(p, std::align_val_t(64));
+  stream_free(p, bytes);
   return double(chunks * chunk) / best;
 }
 

@@ -1,6 +1,8 @@
 // process_weights of cpu_w4a16: canonical form -> the tile-major layout of cpu_weights.h.
 #include "cpu_weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -9,6 +11,20 @@
 #include "nibble/dtype.h"
 
 namespace nibble::cpu {
+
+namespace {
+constexpr std::size_t kHugePage = std::size_t(2) << 20;
+std::align_val_t stream_alignment(std::size_t bytes) { return std::align_val_t(bytes >= kHugePage ? kHugePage : 64); }
+}  // namespace
+
+void* stream_alloc(std::size_t bytes) {
+  void* p = ::operator new(bytes, stream_alignment(bytes));
+  // Advice only: without THP (or with THP off) the memory stays in 4 KiB pages.
+  if (bytes >= kHugePage) ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  return p;
+}
+
+void stream_free(void* p, std::size_t bytes) noexcept { ::operator delete(p, stream_alignment(bytes)); }
 
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
@@ -43,6 +59,12 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
     cw.group_line[size_t(g + 1)] = int64_t(cw.row_src.size() / 8);
   }
   cw.lines = int64_t(cw.row_src.size() / 8);
+  for (int64_t g = 0; g < ng; ++g)
+    for (int64_t l = cw.group_line[size_t(g)]; l < cw.group_line[size_t(g + 1)]; l += kSegmentLines) {
+      cw.seg_line.push_back(l);
+      cw.seg_group.push_back(int32_t(g));
+    }
+  cw.seg_line.push_back(cw.lines);
   for (int64_t r = 0; r < int64_t(cw.row_src.size()); ++r)
     cw.identity_rows &= (r < K ? cw.row_src[size_t(r)] == r : cw.row_src[size_t(r)] == -1);
 

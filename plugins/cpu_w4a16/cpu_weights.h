@@ -9,24 +9,29 @@
 
 namespace nibble::cpu {
 
-/// A std::allocator that returns 64-byte (cache line) aligned memory.
+/// Memory for streamed data: 64-byte aligned, and from 2 MiB on, 2 MiB aligned and backed by
+/// transparent huge pages where the kernel allows it (madvise), so that a stream of weights walks
+/// one page table entry per 2 MiB instead of per 4 KiB.
+void* stream_alloc(std::size_t bytes);
+void stream_free(void* p, std::size_t bytes) noexcept;
+
+/// A std::allocator over stream_alloc.
 template <class T>
 struct CacheAligned {
   using value_type = T;
   CacheAligned() = default;
   template <class U>
   CacheAligned(const CacheAligned<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    void* p = ::operator new(n * sizeof(T), std::align_val_t(64));
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t(64)); }
+  T* allocate(std::size_t n) { return static_cast<T*>(stream_alloc(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { stream_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const CacheAligned<U>&) const noexcept { return true; }
 };
 
 /// Columns per tile: one 512-bit register of fp32 lanes.
 constexpr int64_t kTileN = 16;
+/// Longest run of lines the fused kernels sum before applying the group's correction.
+constexpr int64_t kSegmentLines = 16;
 
 /// Prepared weights of one layer, laid out for the kernels.
 ///
@@ -40,12 +45,19 @@ constexpr int64_t kTileN = 16;
 /// 8l + j). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
 /// multiple of 16 with zero codes and zero scales.
 ///
+/// Segments. The fused kernels sum each group in runs of at most kSegmentLines lines (128 rows),
+/// each with its own zero-point correction, so that fp32 accumulation error does not grow with the
+/// group size (G = -1 is one group of K rows). `seg_line[s]` is the first line of segment s,
+/// `seg_group[s]` its group; groups with no rows (possible with g_idx) have no segment.
+///
 /// Scales and zero points. f32 [tiles][groups][16], also tile-major.
 struct CpuWeights {
   int64_t k = 0, n = 0, groups = 0;
   int64_t tiles = 0, lines = 0;     ///< tiles = ceil(N/16); lines = padded rows / 8
   int32_t act_dtype = NIBBLE_DTYPE_F16;
   std::vector<int64_t> group_line;  ///< [groups + 1] first line of each group
+  std::vector<int64_t> seg_line;    ///< [segments + 1] first line of each segment
+  std::vector<int32_t> seg_group;   ///< [segments] group of each segment
   std::vector<int32_t> row_src;     ///< [lines * 8] canonical row of each padded row, -1 = padding
   bool identity_rows = true;        ///< row_src[r] == r for r < K (no act order, no padding inside)
   std::vector<uint32_t, CacheAligned<uint32_t>> q;  ///< [tiles][lines][16], each line 64-byte aligned
@@ -53,6 +65,7 @@ struct CpuWeights {
   std::vector<float> zeros;         ///< [tiles][groups][16], 8 for uint4b8
   std::vector<float> bias;          ///< [N] or empty
 
+  int64_t segments() const { return int64_t(seg_group.size()); }
   const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
   const float* tile_scales(int64_t t) const { return scales.data() + t * groups * kTileN; }
   const float* tile_zeros(int64_t t) const { return zeros.data() + t * groups * kTileN; }

@@ -11,7 +11,6 @@ struct Avx2 {
   struct V { __m256 lo, hi; };
   struct W { __m256i lo, hi; };
   static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
-  static constexpr float kTrickScale = 16.0f;  // t = 1 + q/16: the nibble in bits 19..22
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }
   static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
@@ -24,13 +23,17 @@ struct Avx2 {
   static V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
   static V fmadd(V a, V b, V c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
   static V fnmadd(V a, V b, V c) { return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)}; }
+  static V sub(V a, V b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+  // a_J + q_J / 16 (kernels.h): the nibble shifted to bits 15..18 (even J, or-ed into 16.0f) or
+  // 19..22 (odd J, into 1.0f).
   template <int J>
   static __m256 trick1(__m256i w) {
+    constexpr int window = J % 2 ? 19 : 15;
+    constexpr int one = J % 2 ? 0x3f800000 : 0x41800000;
     __m256i moved;
-    if constexpr (J <= 4) moved = _mm256_slli_epi32(w, 19 - 4 * J);
-    else moved = _mm256_srli_epi32(w, 4 * J - 19);
-    return _mm256_castsi256_ps(
-        _mm256_or_si256(_mm256_and_si256(moved, _mm256_set1_epi32(0xf << 19)), _mm256_set1_epi32(0x3f800000)));
+    if constexpr (4 * J <= window) moved = _mm256_slli_epi32(w, window - 4 * J);
+    else moved = _mm256_srli_epi32(w, 4 * J - window);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(moved, _mm256_set1_epi32(0xf << window)), _mm256_set1_epi32(one)));
   }
   template <int J>
   static V trick(const W& w) { return {trick1<J>(w.lo), trick1<J>(w.hi)}; }

@@ -9,41 +9,44 @@ namespace {
 
 struct Avx512 {
   using V = __m512;
-  // A line's codes as they are (even nibbles are low nibbles of bytes) and shifted right by 4
-  // (odd nibbles become low nibbles): one shift per line instead of one per nibble.
-  struct W { __m512i even, odd; };
-  static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + temporaries fit 32 zmm
-  // t = 1 + q/128: the nibble sits in bits 16..19 of the mantissa of 1.0f.
-  static constexpr float kTrickScale = 128.0f;
+  // A line's codes, and the four rotations of it that bring the pairs of rows (2p, 2p + 1) to
+  // bits 15..18 and 19..22 (rotate left by 15 - 8p): the windows of the trick (kernels.h).
+  struct W { __m512i raw, rot[4]; };
+  static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + codes + temporaries fit 32 zmm
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float f) { return _mm512_set1_ps(f); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static W load_codes(const uint32_t* p) {
     const __m512i w = _mm512_load_si512(p);
-    return {w, _mm512_srli_epi32(w, 4)};
+#ifdef NIBBLE_AVX512_ROT_SHUFFLE
+    // One rotation (port 0) and three byte rotations by vpshufb (port 5).
+    const __m512i r0 = _mm512_rol_epi32(w, 15);
+    const __m512i rot8 = _mm512_set4_epi32(0x0e0d0c0f, 0x0a09080b, 0x06050407, 0x02010003);
+    const __m512i rot16 = _mm512_set4_epi32(0x0d0c0f0e, 0x09080b0a, 0x05040706, 0x01000302);
+    const __m512i rot24 = _mm512_set4_epi32(0x0c0f0e0d, 0x080b0a09, 0x04070605, 0x00030201);
+    return {w, {r0, _mm512_shuffle_epi8(r0, rot24), _mm512_shuffle_epi8(r0, rot16), _mm512_shuffle_epi8(r0, rot8)}};
+#else
+    return {w, {_mm512_rol_epi32(w, 15), _mm512_rol_epi32(w, 7), _mm512_rol_epi32(w, 31), _mm512_rol_epi32(w, 23)}};
+#endif
   }
   static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-  // 1 + q_J / 128 in two instructions, neither of them on port 0 (which 512-bit shifts and FMAs
-  // share on Skylake-class cores): vpshufb moves byte J/2 of each word into byte 2, then one
-  // vpternlogd keeps its low nibble (bits 16..19) and ors in 1.0f.
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  // a_J + q_J / 16 in one vpternlogd: keep the window's nibble, or in 16.0f (even J) or 1.0f.
   template <int J>
   static V trick(const W& w) {
-    constexpr int b = J / 2;
-    // Per 32-bit lane d of each 128-bit lane: bytes (zero, zero, 4d + b, zero).
-    const __m512i ctrl = _mm512_set4_epi32(int(0x80008080u | ((12u + b) << 16)), int(0x80008080u | ((8u + b) << 16)),
-                                           int(0x80008080u | ((4u + b) << 16)), int(0x80008080u | ((0u + b) << 16)));
-    const __m512i moved = _mm512_shuffle_epi8(J % 2 ? w.odd : w.even, ctrl);
+    constexpr int window = J % 2 ? 19 : 15;
+    constexpr int one = J % 2 ? 0x3f800000 : 0x41800000;
     return _mm512_castsi512_ps(
-        _mm512_ternarylogic_epi32(moved, _mm512_set1_epi32(0xf << 16), _mm512_set1_epi32(0x3f800000), 0xea));
+        _mm512_ternarylogic_epi32(w.rot[J / 2], _mm512_set1_epi32(0xf << window), _mm512_set1_epi32(one), 0xea));
   }
   template <int J>
   static V exact(const W& w, V z) {
-    const __m512i q = _mm512_and_si512(_mm512_srli_epi32(w.even, 4 * J), _mm512_set1_epi32(0xf));
+    const __m512i q = _mm512_and_si512(_mm512_srli_epi32(w.raw, 4 * J), _mm512_set1_epi32(0xf));
     return _mm512_sub_ps(_mm512_cvtepi32_ps(q), z);
   }
 };

@@ -1,21 +1,24 @@
 // The fused int4 kernel, written once over an ISA "traits" type (kernel_avx512.cpp and
 // kernel_avx2.cpp instantiate it with their flags). For one 16-column tile and a block of MB rows:
 //
-//   for each group g:      acc[m] = sum over the group's rows k of x[m, k] * t(k)
-//   then                   y[m]  += s16 * acc[m] - c * X[m, g]
+//   for each segment s (<= 16 lines of one group g):
+//       acc[m] = sum over the segment's rows k of x[m, k] * t(k)
+//       y[m]  += sS * acc[m] - sS * A[m, s] - sz * X[m, s]
 //
-// with t(k) = 1 + q(k)/S built from the code by moving the nibble into the mantissa of 1.0f and
-// or-ing in its bits (S = T::kTrickScale: 16 with the nibble at bits 19..22, 128 at 16..19), so
-// that q = S t - S and
-//   sum x (q - z) = S acc - (S + z) X,   sS = S s,   c = s (S + z),   X = sum x.
-// The products x * t are exact in fp32 (x has at most 11 significant bits, t 5); only the fp32
-// accumulation rounds. f32 activations use the exact form t(k) = q(k) - z instead (`kExact`),
-// since their tolerance is 2^-20 and the trick's cancellation costs a few bits.
+// with t(k) = a_j + q(k)/S the trick form of kernels.h (the nibble or-ed into the mantissa of
+// 16.0f or 1.0f: S = 16, a_j = 16 or 1 by the row's parity j), so that
+//   sum x (q - z) = S acc - S A - z X,   A = sum a_j x,   X = sum x,   sS = S s,   sz = s z.
+// The products x * t are exact in fp32 (x has at most 11 significant bits, t 9); only the fp32
+// accumulation rounds, and the cancellation S (acc - A) costs up to 8 bits of it, which the
+// 16-bit activations' tolerance (2^-10) leaves room for; segments bound how far the sums grow.
+// f32 activations use the exact form t(k) = q(k) - z instead (`kExact`), since their tolerance is
+// 2^-20.
 //
 // A line is 16 u32 words = 8 rows x 16 columns: 8 extractions feed 8 * MB FMAs, so the kernel is
 // bandwidth-bound at small M and runs at most of the FMA peak at MB = 8.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels.h"
@@ -23,9 +26,10 @@
 namespace nibble::cpu::fused {
 
 // Independent accumulator chains per row: an FMA waits ~4 cycles for the previous one into the
-// same register, so a block of few rows needs several chains to keep the FMA unit busy.
+// same register and two issue per cycle, so about 8 chains in all keep the FMA units busy (a row
+// adds 8 products per line: with C chains each line costs 8 / C dependent FMAs per chain).
 template <int MB>
-constexpr int kChains = MB >= 4 ? 1 : MB == 1 ? 4 : 2;
+constexpr int kChains = MB <= 3 ? 4 : MB <= 7 ? 2 : 1;
 
 template <class T, int MB, bool kExact, int J>
 inline __attribute__((always_inline)) void step(const typename T::W& code, const typename T::V& zv, const float* xl,
@@ -36,22 +40,40 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
   for (int m = 0; m < MB; ++m) acc[m * C + J % C] = T::fmadd(t, T::set1(xl[m * 8 + J]), acc[m * C + J % C]);
 }
 
-// xp: this block's [lines][rb][8]; xs: this block's [groups][rb]; y: this block's first row.
+// Lines the software prefetch runs ahead of the loads (4 KiB; measured: 8, 32, 64, 128 and 192
+// lines, docs/benchmarks.md).
+constexpr int64_t kPrefetchLines = 64;
+// Bytes of x one K block may use: x stays in L1 (32 KiB on the targets) while the block's lines
+// of every tile stream past it.
+constexpr int64_t kXBlockBytes = 16 << 10;
+
+// One tile's share of the K block of segments [s0, s1) for MB rows: y += the block's terms.
+// xp: this row block's [lines][rb][8]; xs: its [segments][2][rb]; y: its first row; next: the
+// first line the caller reads after this block (where the prefetch goes once it passes the end).
 template <class T, int MB, bool kExact>
-void row_block(const CpuWeights& w, int64_t t, const float* xp, int64_t rb, const float* xs, float* y, int64_t ldy) {
+void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const float* xp, int64_t rb, const float* xs,
+               float* y, int64_t ldy, const uint32_t* next) {
   using V = typename T::V;
   const uint32_t* q = w.tile_codes(t);
   const float* s = w.tile_scales(t);
   const float* z = w.tile_zeros(t);
   constexpr int C = kChains<MB>;
   V out[MB], acc[MB * C];
-  for (int m = 0; m < MB; ++m) out[m] = T::zero();
-  for (int64_t g = 0; g < w.groups; ++g) {
+  for (int m = 0; m < MB; ++m) out[m] = s0 == 0 ? T::zero() : T::load(y + m * ldy + t * kTileN);
+  // The prefetch address walks this block's lines, then continues at `next`. Integers, not
+  // pointers: it runs past the ends of arrays, which prefetching may but pointers may not.
+  const uintptr_t end = uintptr_t(q + w.seg_line[size_t(s1)] * kTileN);
+  uintptr_t pf = uintptr_t(q + (w.seg_line[size_t(s0)] + kPrefetchLines) * kTileN);
+  if (pf >= end) pf = uintptr_t(next) + (pf - end);
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const int64_t g = w.seg_group[size_t(sg)];
     for (int i = 0; i < MB * C; ++i) acc[i] = T::zero();
     const V zv = T::load(z + g * kTileN);
-    const int64_t l1 = w.group_line[size_t(g + 1)];
-    for (int64_t l = w.group_line[size_t(g)]; l < l1; ++l) {
-      T::prefetch(q + (l + 64) * kTileN);  // 4 KiB ahead (measured: 8, 32, 64, 128, 192 lines; docs/benchmarks.md)
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
+      T::prefetch(reinterpret_cast<const uint32_t*>(pf));
+      pf += 64;
+      if (pf == end) pf = uintptr_t(next);
       const typename T::W code = T::load_codes(q + l * kTileN);
       const float* xl = xp + l * rb * 8;
       step<T, MB, kExact, 0>(code, zv, xl, acc);
@@ -69,12 +91,13 @@ void row_block(const CpuWeights& w, int64_t t, const float* xp, int64_t rb, cons
     if constexpr (kExact) {
       for (int m = 0; m < MB; ++m) out[m] = T::fmadd(sv, acc[m * C], out[m]);
     } else {
-      const V scale = T::set1(T::kTrickScale);
-      const V s16 = T::mul(sv, scale);
-      const V c = T::mul(sv, T::add(zv, scale));
+      const V sS = T::mul(sv, T::set1(kTrickScale));
+      const V sz = T::mul(sv, zv);
+      const float* xa = xs + sg * 2 * rb;  // A, then X
       for (int m = 0; m < MB; ++m) {
-        out[m] = T::fmadd(s16, acc[m * C], out[m]);
-        out[m] = T::fnmadd(c, T::set1(xs[g * rb + m]), out[m]);
+        // S s (acc - A) first: acc and A are close, and their difference is the signal.
+        out[m] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m]);
+        out[m] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m]);
       }
     }
   }
@@ -82,29 +105,44 @@ void row_block(const CpuWeights& w, int64_t t, const float* xp, int64_t rb, cons
 }
 
 template <class T, bool kExact>
-void run_rows(const FusedArgs& a, int64_t t, int64_t block, int64_t mb) {
+void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t block, int64_t mb, const uint32_t* next) {
   const CpuWeights& w = *a.w;
   const int64_t ldy = w.tiles * kTileN;
   const float* xp = a.xp + block * w.lines * a.rb * 8;
-  const float* xs = a.xs + block * w.groups * a.rb;
+  const float* xs = a.xs + block * w.segments() * 2 * a.rb;
   float* y = a.y + block * a.rb * ldy;
   switch (mb) {
 #define NIBBLE_ROWS(n) \
-  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact>(w, t, xp, a.rb, xs, y, ldy); break;
+  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact>(w, t, s0, s1, xp, a.rb, xs, y, ldy, next); break;
     NIBBLE_ROWS(1) NIBBLE_ROWS(2) NIBBLE_ROWS(3) NIBBLE_ROWS(4) NIBBLE_ROWS(5) NIBBLE_ROWS(6) NIBBLE_ROWS(7) NIBBLE_ROWS(8)
 #undef NIBBLE_ROWS
     default: break;
   }
 }
 
+// Tiles [t0, t1) in K blocks: for each block of segments whose x fits kXBlockBytes, every tile
+// (and every row block of x) takes its share, accumulating into y. So x is read from L1, and the
+// weights still stream once, in runs of the block's lines per tile.
 template <class T>
 void run(const FusedArgs& a, int64_t t0, int64_t t1) {
-  for (int64_t t = t0; t < t1; ++t)
-    for (int64_t b = 0; b * a.rb < a.m; ++b) {
-      const int64_t mb = a.m - b * a.rb < a.rb ? a.m - b * a.rb : a.rb;
-      if (a.exact) run_rows<T, true>(a, t, b, mb);
-      else run_rows<T, false>(a, t, b, mb);
+  const CpuWeights& w = *a.w;
+  const int64_t segs = w.segments(), rows = (a.m + a.rb - 1) / a.rb * a.rb;
+  const int64_t max_lines = std::max<int64_t>(kSegmentLines, kXBlockBytes / (rows * 8 * int64_t(sizeof(float))));
+  for (int64_t s0 = 0; s0 < segs;) {
+    int64_t s1 = s0 + 1;
+    while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= max_lines) ++s1;
+    for (int64_t t = t0; t < t1; ++t) {
+      // Read after this tile's block: the next tile's block, else the first tile's next block.
+      const uint32_t* next = t + 1 < t1 ? w.tile_codes(t + 1) + w.seg_line[size_t(s0)] * kTileN
+                                        : w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN;
+      for (int64_t b = 0; b * a.rb < a.m; ++b) {
+        const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+        if (a.exact) run_rows<T, true>(a, t, s0, s1, b, mb, next);
+        else run_rows<T, false>(a, t, s0, s1, b, mb, next);
+      }
     }
+    s0 = s1;
+  }
 }
 
 }  // namespace nibble::cpu::fused

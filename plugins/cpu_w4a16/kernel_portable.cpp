@@ -31,21 +31,23 @@ void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_r
 
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int64_t rb, float* xp, float* xs) {
   const DType dt = DType(dtype);
-  const int64_t blocks = (m + rb - 1) / rb;
+  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments();
   std::fill(xp, xp + blocks * w.lines * rb * 8, 0.0f);
-  std::fill(xs, xs + blocks * w.groups * rb, 0.0f);
+  std::fill(xs, xs + blocks * segs * 2 * rb, 0.0f);
   for (int64_t r = 0; r < m; ++r) {
     float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;  // element (line l, j) at dst[l * rb * 8 + j]
-    float* sums = xs + (r / rb) * w.groups * rb + (r % rb);
-    for (int64_t g = 0; g < w.groups; ++g) {
-      float sum = 0.0f;
-      for (int64_t i = w.group_line[size_t(g)] * 8; i < w.group_line[size_t(g + 1)] * 8; ++i) {
+    float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
+    for (int64_t sg = 0; sg < segs; ++sg) {
+      double offset_sum = 0, sum = 0;  // double: the kernel subtracts these from fp32 sums
+      for (int64_t i = w.seg_line[size_t(sg)] * 8; i < w.seg_line[size_t(sg + 1)] * 8; ++i) {
         const int32_t src = w.row_src[size_t(i)];
         const float v = src < 0 ? 0.0f : float(load_float(x, dt, size_t(r * w.k + src)));
         dst[(i / 8) * rb * 8 + i % 8] = v;
+        offset_sum += trick_offset(int(i % 8)) * v;
         sum += v;
       }
-      sums[g * rb] = sum;
+      sums[(sg * 2) * rb] = float(offset_sum);
+      sums[(sg * 2 + 1) * rb] = float(sum);
     }
   }
 }

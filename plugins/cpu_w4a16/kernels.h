@@ -13,12 +13,20 @@ namespace nibble::cpu {
 int num_threads();
 void set_num_threads(int n);
 
+/// The "trick" form of a code q at row j of a line (0..7) that the fused SIMD kernels multiply x
+/// by: t = a_j + q / kTrickScale with a_j = 16 for even j and 1 for odd j, built by or-ing the
+/// nibble into the mantissa of 16.0f (bits 15..18) or of 1.0f (bits 19..22), two instructions
+/// without a conversion (kernel_fused_impl.h). So sum x (q - z) = S (sum x t - sum a_j x) - z sum x.
+constexpr float kTrickScale = 16.0f;
+constexpr float trick_offset(int j) { return j % 2 ? 1.0f : 16.0f; }
+
 /// The operands of one fused call, shared by every kernel. Rows of x are processed in blocks of
 /// `rb` rows (the kernel's register blocking); within a block, x is interleaved so that the values
 /// one line needs are contiguous (one base pointer, constant offsets: no address registers spill).
 ///   xp  f32 [blocks][lines][rb][8]: x gathered into the weights' padded row order (0 for padding
 ///       rows and for rows past m in the last block)
-///   xs  f32 [blocks][groups][rb]: the sum of each group's entries of xp (zero-point correction)
+///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, sum of a_j x (trick_offset)
+///       and plain sum of x over its rows (the corrections of the trick and of the zero point)
 ///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {
   const CpuWeights* w;
@@ -27,7 +35,7 @@ struct FusedArgs {
   int64_t m;
   int64_t rb;  ///< rows per block (IsaChoice::rows)
   float* y;
-  bool exact;  ///< f32 activations: form (q - z) exactly instead of the 1 + q/16 trick
+  bool exact;  ///< f32 activations: form (q - z) exactly instead of the trick
 };
 
 /// Fills xp and xs of FusedArgs from x [m, K] of `dtype`.

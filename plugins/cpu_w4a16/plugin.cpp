@@ -121,10 +121,11 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
     Scratch& sc = t_scratch;
     const bool large = m >= onednn_min_m(*p.onednn);
-    const int64_t rb = large ? 1 : p.kernel.rows, blocks = (m + rb - 1) / rb;
+    // Rows per block of x: the kernel's register blocking, or m if smaller (no padded rows in x).
+    const int64_t rb = large ? 1 : std::min(p.kernel.rows, m), blocks = (m + rb - 1) / rb;
     const int64_t ldy = large ? p.onednn->y_stride() : w.tiles * kTileN;
     sc.xp.resize(size_t(blocks * w.lines * rb * 8));
-    sc.xs.resize(size_t(blocks * w.groups * rb));
+    sc.xs.resize(size_t(blocks * w.segments() * 2 * rb));
     sc.y.resize(size_t(m * ldy));
     gather_x(w, x->data, p.spec.act_dtype, m, rb, sc.xp.data(), sc.xs.data());
     if (large) {
