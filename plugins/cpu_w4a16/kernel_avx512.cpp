@@ -19,16 +19,8 @@ struct Avx512 {
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static W load_codes(const uint32_t* p) {
     const __m512i w = _mm512_load_si512(p);
-#ifdef NIBBLE_AVX512_ROT_SHUFFLE
-    // One rotation (port 0) and three byte rotations by vpshufb (port 5).
-    const __m512i r0 = _mm512_rol_epi32(w, 15);
-    const __m512i rot8 = _mm512_set4_epi32(0x0e0d0c0f, 0x0a09080b, 0x06050407, 0x02010003);
-    const __m512i rot16 = _mm512_set4_epi32(0x0d0c0f0e, 0x09080b0a, 0x05040706, 0x01000302);
-    const __m512i rot24 = _mm512_set4_epi32(0x0c0f0e0d, 0x080b0a09, 0x04070605, 0x00030201);
-    return {w, {r0, _mm512_shuffle_epi8(r0, rot24), _mm512_shuffle_epi8(r0, rot16), _mm512_shuffle_epi8(r0, rot8)}};
-#else
+    // Four vprold (port 0); one vprold and three vpshufb byte rotations (port 5) measured the same.
     return {w, {_mm512_rol_epi32(w, 15), _mm512_rol_epi32(w, 7), _mm512_rol_epi32(w, 31), _mm512_rol_epi32(w, 23)}};
-#endif
   }
   static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
