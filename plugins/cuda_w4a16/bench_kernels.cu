@@ -356,7 +356,7 @@ int main(int argc, char** argv) {
       nibble_prepared* h = prepare(l);
       nibble_dense* d = nullptr;
       CHECK_API(api->dense_prepare(&l.spec, l.dense.data(), nullptr, &d, msg, cap));
-      for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "cublas"}) {
+      for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "v2u2", "cublas"}) {
         set_kernel(v);
         std::string line;
         for (int64_t m : {1, 5, 13, 33, 100, 257, 1000}) {
@@ -419,7 +419,7 @@ int main(int argc, char** argv) {
         // Every plausible variant at this M (each is conformance-tested forced, so any of them
         // may be what the heuristic picks).
         std::string line;
-        for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "cublas"}) {
+        for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "v2u2", "cublas"}) {
           if (!have_cublas && v[0] == 'c') continue;
           const int64_t lim = v[0] == 's' ? 2 * 8 * (v[1] - '0') : 0;  // at most 2 m-tiles
           if ((v[0] == 's' && (m > lim && !(v[1] == '8' && m <= 256))) || (v[0] == 'l' && m < 8) ||

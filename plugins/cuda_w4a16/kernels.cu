@@ -482,6 +482,20 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
 
 // 16-byte load that leaves L1 alone and marks the line evict-first in L2: every weight is read
 // once per call.
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and when launched without the
+// attribute): wait until the previous kernel in the stream has completed and its writes are
+// visible; let the next kernel in the stream be scheduled.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ uint4 ld_stream(const uint4* ptr, uint64_t policy) {
   uint4 v;
   asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
@@ -492,20 +506,20 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* ptr, uint64_t policy) {
 
 constexpr int kGemvWarps = 4;
 
-template <int NS, int MT8>
+template <int NS, int MT8, int kU>
 struct GemvTile {
   static constexpr int kThreads = kGemvWarps * 32;
   static constexpr int BN = NS * kStripN;
   static constexpr int BM = MT8 * 8;
-  // Units per strip per batch: 8 x 16 B of weights per lane (4 with 32 rows, for registers).
-  static constexpr int U = (MT8 >= 4 ? 4 : 8) / NS;
+  // Units per strip per batch: U * NS * 16 B of weights per lane in flight.
+  static constexpr int U = kU;
   static constexpr int kPitch = BN + 4;    // floats; rows 2 apart land 8 banks apart
 };
 
-template <class T, int NS, int MT8>
+template <class T, int NS, int MT8, int U_>
 __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
   using O = Ops<T>;
-  using TL = GemvTile<NS, MT8>;
+  using TL = GemvTile<NS, MT8, U_>;
   constexpr int W = kGemvWarps, U = TL::U;
   __shared__ float red[W][TL::BM][TL::kPitch];
   __shared__ int s_last;
@@ -599,12 +613,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
     uint2 sr[NS];
     uint32_t zb[NS];
   };
-  auto load_batch = [&](int u, int ue, Batch& b) {
+  // The weights and records of a batch (read-only since process_weights), then its x fragments.
+  auto load_weights = [&](int u, int ue, Batch& b) {
 #pragma unroll
     for (int j = 0; j < U; ++j)
 #pragma unroll
       for (int ns = 0; ns < NS; ++ns)
         b.q[j][ns] = u + j < ue ? ld_stream(wp + (int64_t(ns) * p.ku + u + j) * 32, policy) : make_uint4(0u, 0u, 0u, 0u);
+    records(u, b.sr, b.zb);
+  };
+  auto load_xs = [&](int u, int ue, Batch& b) {
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       if (u + j < ue) {
@@ -616,7 +634,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
           for (int mt = 0; mt < MT8; ++mt) b.xb[j][ks][mt] = make_uint2(0u, 0u);
       }
     }
-    records(u, b.sr, b.zb);
   };
   // A batch inside one group (the usual case: batches are U-aligned and G = 128 is 4 units) is
   // summed exactly as q - z into fresh fp32 accumulators and scaled once per batch: 16 fewer
@@ -653,11 +670,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   // One batch at a time (double-buffering two batches measured slower: twice the registers, half
   // the warps per SM). The last batch of the K range is partial only when ku is not a multiple
   // of U: its missing units load as zero weights and zero x, which add exactly 0.
+  //
+  // Launched as a programmatic dependent (p.overlap), this kernel may start while the previous one
+  // in the stream is finishing: the first batch's weights are requested before the wait, and
+  // only x, the partials, the counters and y (which the previous kernel may write or read) are
+  // touched after it.
   for (int u = ub; u < ue; u += U) {
     Batch b;
-    load_batch(u, ue, b);
+    load_weights(u, ue, b);
+    if (u == ub) grid_dependency_wait();
+    load_xs(u, ue, b);
     compute_batch(u, ue, b);
   }
+  if (ub >= ue) grid_dependency_wait();
+  grid_launch_dependents();  // the next kernel's blocks may now take the SMs this grid leaves
 
   // ---- sum the warps, then the splits; bias; store ----
   for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) {
@@ -706,16 +732,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch (stream order)
 }
 
-// GEMV variants:             id  NS MT8
+// GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,
+// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers)
 #define NIBBLE_CUDA_GEMV_VARIANTS(X) \
-  X(kV1, 2, 1)                       \
-  X(kV2, 2, 2)                       \
-  X(kV4, 2, 4)
+  X(kV1, 2, 1, 4)                    \
+  X(kV2, 2, 2, 4)                    \
+  X(kV4, 2, 4, 2)                    \
+  X(kV2u2, 2, 2, 2)
 
-template <class T, int NS, int MT8>
+template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
-  using TL = GemvTile<NS, MT8>;
-  auto kernel = w4a16_gemv_kernel<T, NS, MT8>;
+  using TL = GemvTile<NS, MT8, U>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U>;
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
   if (e != cudaSuccess) return e;
@@ -723,11 +751,19 @@ cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   return cudaSuccess;
 }
 
-template <class T, int NS, int MT8>
+template <class T, int NS, int MT8, int U>
 cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
-  using TL = GemvTile<NS, MT8>;
-  w4a16_gemv_kernel<T, NS, MT8><<<dim3(p.n_tiles, splits, p.m_tiles), TL::kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  using TL = GemvTile<NS, MT8, U>;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(p.n_tiles), unsigned(splits), unsigned(p.m_tiles));
+  cfg.blockDim = dim3(TL::kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = p.overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U>, p);
 }
 
 // The list of variants (keep it short: every entry is compiled for every architecture).
@@ -909,9 +945,9 @@ cudaError_t kernel_setup(KernelInfo info[2][kNumKernels]) {
   if ((e = setup_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(info[1][id], name, sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_VARIANTS(NIBBLE_SETUP)
 #undef NIBBLE_SETUP
-#define NIBBLE_SETUP_GEMV(id, NS, MT8)                                                              \
-  if ((e = setup_gemv<__half, NS, MT8>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
-  if ((e = setup_gemv<__nv_bfloat16, NS, MT8>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
+#define NIBBLE_SETUP_GEMV(id, NS, MT8, U)                                                              \
+  if ((e = setup_gemv<__half, NS, MT8, U>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
+  if ((e = setup_gemv<__nv_bfloat16, NS, MT8, U>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_SETUP_GEMV)
 #undef NIBBLE_SETUP_GEMV
   return cudaSuccess;
@@ -922,10 +958,10 @@ cudaError_t launch_gemm(KernelId id, Act act, const GemmParams& p, int grid, cud
   case kid:                                                                                        \
     return act == Act::f16 ? launch_one<__half, NS, MT8, WN, WM, ST>(p, grid, stream)              \
                            : launch_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(p, grid, stream);
-#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8)                                              \
+#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                           \
   case kid:                                                                              \
-    return act == Act::f16 ? launch_gemv<__half, NS, MT8>(p, grid, stream)           \
-                           : launch_gemv<__nv_bfloat16, NS, MT8>(p, grid, stream);
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, grid, stream)        \
+                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, grid, stream);
   switch (id) {
     NIBBLE_CUDA_VARIANTS(NIBBLE_LAUNCH)
     NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)

@@ -23,8 +23,9 @@ enum class Act : int32_t { f16 = 1, bf16 = 2 };
 /// registers, 4 warps of a block split the block's K range and sum in shared memory, blocks split
 /// K further (grid.y) and the last one to arrive sums their fp32 partials in order.
 ///   v1: BN 64, BM 8     v2: BN 64, BM 16     v4: BN 64, BM 32
-enum KernelId : int32_t { kS1 = 0, kS2, kS4, kS8, kL, kV1, kV2, kV4, kNumKernels };
-inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4"};
+///   v2u2: v2 with half the weights in flight per warp (fewer registers, more warps per SM)
+enum KernelId : int32_t { kS1 = 0, kS2, kS4, kS8, kL, kV1, kV2, kV4, kV2u2, kNumKernels };
+inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "v2u2"};
 /// True for the GEMV variants: `grid` of launch_gemm is then the number of K splits.
 constexpr bool is_gemv(int id) { return id >= kV1 && id < kNumKernels; }
 
@@ -62,6 +63,9 @@ struct GemmParams {
                             // u * upg < 2^32 (the host checks); g_magic = 0 means upg = 1 (group = u)
   int32_t m_tiles, n_tiles; // ceil(m / bm), N_pad / bn
   int32_t evict_first;      // 1: stream the weights with an L2 evict-first policy (read once)
+  int32_t overlap;          // GEMV on sm_90+: launch as a programmatic dependent of the previous
+                            // kernel in the stream (PDL), so that its launch and first weight loads
+                            // overlap that kernel's tail (see w4a16_gemv_kernel)
 };
 
 /// y = x * W (+ bias) with variant `id` on `grid` blocks (1 <= grid <= m_tiles * n_tiles * kt); for

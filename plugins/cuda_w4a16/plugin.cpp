@@ -119,6 +119,7 @@ struct DeviceState {
   cudaError_t error = cudaSuccess;
   KernelInfo info[2][kNumKernels]{};
   int sms = 0;
+  int cc_major = 0;  // compute capability: programmatic dependent launch needs 9.0
 };
 
 std::mutex g_dev_mu;
@@ -133,6 +134,7 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
   if (!d.ready) {
     d.error = kernel_setup(d.info);
     if (d.error == cudaSuccess) d.error = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (d.error == cudaSuccess) d.error = cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, dev);
     d.ready = true;
   }
   if (d.error != cudaSuccess)
@@ -144,13 +146,16 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
 
 // ---- options ----------------------------------------------------------------------------------
 
-// "kernel": auto, or a variant name (s1 s2 s4 s8 l v1 v2 v4) or "cublas" to force one for every M.
+// "kernel": auto, or a variant name (s1 s2 s4 s8 l v1 v2 v4 v2u2) or "cublas" to force one for every M.
 // "cublas_min_m": smallest M for which apply() may dequantize to a dense temporary and call cuBLAS
 // when cuBLAS loads (0 = never; see make_plan for where it is chosen). Both can also be set with
 // NIBBLE_CUDA_KERNEL / NIBBLE_CUDA_CUBLAS_MIN_M.
+// "overlap": 1 (default) launches the GEMV kernels as programmatic dependents of the previous
+// kernel in the stream on sm_90+, 0 launches them plainly (NIBBLE_CUDA_OVERLAP).
 struct Options {
   std::mutex mu;
   int forced = -1;          // KernelId, kNumKernels for cublas, -1 for auto
+  bool overlap = true;
   int64_t cublas_min_m = 65;
   int min_stages = 0;       // override of min_stages() (0 = the built-in table); GEMV: units per warp
 };
@@ -164,6 +169,7 @@ Options& options() {
       if (v == "cublas") o->forced = kNumKernels;
     }
     if (const char* m = std::getenv("NIBBLE_CUDA_CUBLAS_MIN_M")) o->cublas_min_m = std::atoll(m);
+    if (const char* v = std::getenv("NIBBLE_CUDA_OVERLAP")) o->overlap = std::strcmp(v, "0") != 0;
     return o;
   }();
   return *o;
@@ -220,6 +226,7 @@ struct Plan {
   int kernel = kS1;  // KernelId, or kNumKernels for dequantize + cuBLAS
   int grid = 0;
   int32_t m_tiles = 0, n_tiles = 0;
+  bool overlap = true;  // Options::overlap at the time of the plan
 };
 
 // Fewest k stages a block should get: below this the fixed costs (pipeline fill, partial tile
@@ -244,10 +251,12 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
     forced = o.forced;
     cublas_min_m = o.cublas_min_m;
     stages_override = o.min_stages;
+    plan.overlap = o.overlap;
   }
   // The default choice, from the H200 sweeps of every variant on PERF.md's shapes (README.md,
   // "Results"): the GEMV variants up to M = 32 (v1 reads the weights once per 8 rows, v2 and v4
-  // hold 16 and 32 rows and fewer warps per SM: which wins depends on the shape), the tiled
+  // hold 16 and 32 rows and fewer warps per SM, v2u2 16 rows with half the weights in flight
+  // and as many warps as v1: which wins depends on the shape), the tiled
   // s4 / s8 up to 64; above, dequantize + cuBLAS, except the 64x64-warp-tile kernel l for
   // M <= 128 on layers of 96 M weights or more, where it was faster. Without cuBLAS: l above 64.
   const int64_t weights = p.k * p.n;
@@ -257,7 +266,8 @@ Plan make_plan(const Prepared& p, const DeviceState& d, int64_t m) {
   } else if (m <= 8) {
     plan.kernel = kV1;
   } else if (m <= 16) {
-    plan.kernel = p.k >= 8192 && p.n >= 8192 ? kV2 : kV1;
+    // Run 8's sweep (M = 12, 16): v2u2 beat v1 and v2 on every layer of 32 M weights or more.
+    plan.kernel = weights >= (int64_t(32) << 20) ? kV2u2 : kV1;
   } else if (m <= 32) {
     if (p.k >= 8192 && p.n >= 8192)
       plan.kernel = p.n >= 10240 && p.k < 16384 ? kV2 : kV4;
@@ -556,6 +566,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     gp.m_tiles = plan.m_tiles;
     gp.n_tiles = plan.n_tiles;
     gp.evict_first = plan.m_tiles == 1;  // weights read once per call
+    gp.overlap = gemv && d->cc_major >= 9 && plan.overlap;
     const cudaError_t e = launch_gemm(KernelId(plan.kernel), p.act, gp, plan.grid, stream);
     if (e != cudaSuccess) {
       // A failed launch may leave arrival counters non-zero: clear them for the next call.
@@ -632,7 +643,7 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
         o.forced = i;
         return NIBBLE_OK;
       }
-    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "kernel: expected auto, s1, s2, s4, s8, l, v1, v2, v4 or cublas, found '%s'",
+    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "kernel: expected auto, s1, s2, s4, s8, l, v1, v2, v4, v2u2 or cublas, found '%s'",
                 value);
   }
   if (k == "cublas_min_m") {
@@ -641,6 +652,11 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
     if (!end || *end || n < 0)
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "cublas_min_m: expected an integer >= 0, found '%s'", value);
     o.cublas_min_m = n;
+    return NIBBLE_OK;
+  }
+  if (k == "overlap") {
+    if (v != "0" && v != "1") return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "overlap: expected 0 or 1, found '%s'", value);
+    o.overlap = v == "1";
     return NIBBLE_OK;
   }
   if (k == "min_stages") {
@@ -652,7 +668,7 @@ int32_t set_option(const char* key, const char* value, char* msg, size_t cap) {
     o.min_stages = int(n);
     return NIBBLE_OK;
   }
-  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: kernel, cublas_min_m, min_stages)", key);
+  return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "unknown option '%s' (known: kernel, cublas_min_m, overlap, min_stages)", key);
 }
 
 // ---- dense baseline (cuBLAS) ----------------------------------------------------------------------
