@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Markdown tables from `nibble bench --json` output (and, optionally, bench/torch_int4_peer.py's
+JSON from the same call): a summary by M (ranges over the shapes) and every point. The docs'
+tables (docs/benchmarks.md, docs/cuda.md) are made with it, so that they are the JSON, unedited.
+
+    python3 bench/report.py docs/bench/cpu.json
+    python3 bench/report.py docs/bench/cuda.json --torch docs/bench/torch.json
+"""
+import argparse
+import json
+
+
+def span(values, fmt):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def short_kernel(name):
+    return name.split(" (")[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench_json")
+    ap.add_argument("--torch", help="bench/torch_int4_peer.py JSON of the same call")
+    args = ap.parse_args()
+    bench = json.load(open(args.bench_json))
+    torch = {}
+    if args.torch:
+        for r in json.load(open(args.torch))["results"]:
+            torch[(r["shape"], r["m"])] = r
+    rows = bench["results"]
+    for r in rows:
+        t = torch.get((r["shape"], r["m"]))
+        r["torch_us"] = t["torch_int4_us"] if t else None
+        r["vs_torch"] = r["torch_us"] / r["time_us"] if t else None
+
+    print(f"Command: `{bench['command']}`\n")
+    for b in bench["backends"]:
+        print(f"Ceilings of the run ({b['name']}, {b['device']}): bandwidth {b['bandwidth_gbps']:.1f} GB/s, "
+              f"peak {b['peak_gflops']:.1f} GFLOP/s ({b['peak_from']}), {b['dtype']} activations, "
+              f"G = {bench['group_size']}.\n")
+
+    head = "| M | % of roofline | GB/s | GFLOP/s | vs dense |" + (" vs torch int4 |" if torch else "")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for m in sorted({r["m"] for r in rows}):
+        at = [r for r in rows if r["m"] == m]
+        gb = '{:.0f}' if max(r['gbps'] for r in at) >= 100 else '{:.1f}'
+        line = (f"| {m} | {span([r['pct_roofline'] for r in at], '{:.0f}')}% | {span([r['gbps'] for r in at], gb)} "
+                f"| {span([r['gflops'] for r in at], '{:.0f}')} | {span([r['speedup_vs_dense'] for r in at], '{:.2f}')}x |")
+        if torch:
+            line += f" {span([r['vs_torch'] for r in at], '{:.1f}')}x |"
+        print(line)
+    print()
+
+    head = "| K x N | M | kernel | time µs | GB/s | % of roofline | dense µs | vs dense |"
+    if torch:
+        head += " torch int4 µs | vs torch int4 |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        dense = f"{r['dense_us']:.1f}" if r.get("dense_us") is not None else "-"
+        vs = f"{r['speedup_vs_dense']:.2f}x" if r.get("speedup_vs_dense") is not None else "-"
+        line = (f"| {r['shape']} | {r['m']} | {short_kernel(r['kernel'])} | {r['time_us']:.1f} | {r['gbps']:.1f} "
+                f"| {r['pct_roofline']:.0f}% | {dense} | {vs} |")
+        if torch:
+            line += (f" {r['torch_us']:.1f} | {r['vs_torch']:.1f}x |" if r["torch_us"] is not None else " - | - |")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
