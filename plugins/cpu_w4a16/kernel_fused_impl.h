@@ -126,8 +126,11 @@ void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t blo
 template <class T>
 void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
-  const int64_t segs = w.segments(), rows = (a.m + a.rb - 1) / a.rb * a.rb;
-  const int64_t max_lines = std::max<int64_t>(kSegmentLines, kXBlockBytes / (rows * 8 * int64_t(sizeof(float))));
+  const int64_t segs = w.segments();
+  // One block of rows: K blocks sized for L1. Several blocks of rows (m > rb): the whole of K at
+  // once, tile after tile, as the K blocks would make every block of rows reload and store its
+  // outputs, and rows of y lie a multiple of 4 KiB apart (the same L1 set) on most layers.
+  const int64_t max_lines = a.m > a.rb ? w.lines : std::max<int64_t>(kSegmentLines, kXBlockBytes / (a.rb * 8 * int64_t(sizeof(float))));
   for (int64_t s0 = 0; s0 < segs;) {
     int64_t s1 = s0 + 1;
     while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= max_lines) ++s1;
