@@ -63,7 +63,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const flo
   // The prefetch address walks this block's lines, then continues at `next`. Integers, not
   // pointers: it runs past the ends of arrays, which prefetching may but pointers may not.
   const uintptr_t end = uintptr_t(q + w.seg_line[size_t(s1)] * kTileN);
-  uintptr_t pf = uintptr_t(q + (w.seg_line[size_t(s0)] + kPrefetchLines) * kTileN);
+  uintptr_t pf = uintptr_t(q) + uintptr_t(w.seg_line[size_t(s0)] + kPrefetchLines) * kTileN * sizeof(uint32_t);
   if (pf >= end) pf = uintptr_t(next) + (pf - end);
   for (int64_t sg = s0; sg < s1; ++sg) {
     const int64_t g = w.seg_group[size_t(sg)];
@@ -72,7 +72,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const flo
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
       T::prefetch(reinterpret_cast<const uint32_t*>(pf));
-      pf += 64;
+      pf += kTileN * sizeof(uint32_t);  // one line
       if (pf == end) pf = uintptr_t(next);
       const typename T::W code = T::load_codes(q + l * kTileN);
       const float* xl = xp + l * rb * 8;
