@@ -43,6 +43,10 @@ def main():
         print(f"Ceilings of the run ({b['name']}, {b['device']}): bandwidth {b['bandwidth_gbps']:.1f} GB/s, "
               f"peak {b['peak_gflops']:.1f} GFLOP/s ({b['peak_from']}), {b['dtype']} activations, "
               f"G = {bench['group_size']}.\n")
+    shape_bw = {r["shape"]: r["bandwidth_gbps"] for r in rows if "bandwidth_gbps" in r}
+    if shape_bw:
+        print("Bandwidth ceiling per shape (the larger of two readings, just before and just after its points): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in shape_bw.items()) + " GB/s.\n")
 
     head = "| M | % of roofline | GB/s | GFLOP/s | vs dense |" + (" vs torch int4 |" if torch else "")
     print(head)

@@ -17,7 +17,7 @@ double read_bandwidth(size_t bytes, int threads) {
   bytes = bytes / 4096 * 4096;
   auto* p = static_cast<uint64_t*>(stream_alloc(bytes));  // the weights' allocation, pages included
   std::memset(p, 1, bytes);
-  const std::string isa = best_fused_kernel().name;
+  const std::string isa = best_fused_kernel(NIBBLE_DTYPE_F32).name;  // the widest loads: any act dtype
   uint64_t (*stream)(const void*, size_t) = isa == "avx512" ? read_stream_avx512 : isa == "avx2" ? read_stream_avx2 : nullptr;
   const size_t chunk = size_t(1) << 20;  // 1 MiB pieces, handed out statically
   const size_t chunks = bytes / chunk;

@@ -26,7 +26,17 @@ void* stream_alloc(std::size_t bytes) {
 
 void stream_free(void* p, std::size_t bytes) noexcept { ::operator delete(p, stream_alignment(bytes)); }
 
-CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
+namespace {
+// A canonical word (row j at bits 4j) in order `o`.
+uint32_t reorder_word(uint32_t word, CodeOrder o) {
+  if (o == CodeOrder::kRows) return word;
+  uint32_t out = 0;
+  for (int j = 0; j < 8; ++j) out |= ((word >> (4 * j)) & 0xfu) << code_shift(o, j);
+  return out;
+}
+}  // namespace
+
+CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w, CodeOrder order) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
   if (s.weight_type == NIBBLE_WT_UINT4 && !w.zeros) throw std::invalid_argument("tensor 'zeros' is missing for a uint4 layer");
   if (s.act_order && !w.g_idx) throw std::invalid_argument("tensor 'g_idx' is missing for an act-order layer");
@@ -40,6 +50,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   cw.n = N;
   cw.groups = ng;
   cw.act_dtype = s.act_dtype;
+  cw.order = order;
   cw.tiles = (N + kTileN - 1) / kTileN;
 
   // Rows of each group, in canonical order within the group.
@@ -76,13 +87,13 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
     if (cw.identity_rows) {
       const int64_t k8 = (K + 7) / 8;
       for (int64_t l = 0; l < std::min(cw.lines, k8); ++l)
-        std::copy(w.qweight + l * N + c0, w.qweight + l * N + c0 + nc, dst + l * kTileN);
+        for (int64_t c = 0; c < nc; ++c) dst[l * kTileN + c] = reorder_word(w.qweight[l * N + c0 + c], order);
     } else {
       for (int64_t r = 0; r < cw.lines * 8; ++r) {
         const int32_t src = cw.row_src[size_t(r)];
         if (src < 0) continue;
         const uint32_t* srow = w.qweight + (src / 8) * N + c0;
-        const int shift_in = 4 * (src % 8), shift_out = int(4 * (r % 8));
+        const int shift_in = 4 * (src % 8), shift_out = code_shift(order, int(r % 8));
         uint32_t* drow = dst + (r / 8) * kTileN;
         for (int64_t c = 0; c < nc; ++c) drow[c] |= ((srow[c] >> shift_in) & 0xfu) << shift_out;
       }
@@ -116,7 +127,7 @@ void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line
     for (int j = 0; j < 8; ++j) {
       float* row = dst + ((l - line0) * 8 + j) * kTileN;
       for (int64_t c = 0; c < kTileN; ++c)
-        row[c] = s[g * kTileN + c] * (float((q[l * kTileN + c] >> (4 * j)) & 0xfu) - z[g * kTileN + c]);
+        row[c] = s[g * kTileN + c] * (float(w.code(q[l * kTileN + c], j)) - z[g * kTileN + c]);
     }
   }
 }

@@ -33,6 +33,17 @@ constexpr int64_t kTileN = 16;
 /// Longest run of lines the fused kernels sum before applying the group's correction.
 constexpr int64_t kSegmentLines = 16;
 
+/// Where the 8 codes of a line's word sit: the order the kernel that will read them wants.
+///   kRows       row j of the line in bits 4j .. 4j+3 (the canonical order; the f32 kernels
+///               rotate a pair of rows into the mantissa windows of kernels.h)
+///   kBf16Pairs  row 2p in bits 4p .. 4p+3 and row 2p+1 in bits 16+4p .. 19+4p (p = 0..3): one
+///               shift and one vpternlogd turn pair p into two bf16 numbers 128 + q, the operand
+///               of vdpbf16ps (kernel_avx512bf16.cpp)
+enum class CodeOrder { kRows, kBf16Pairs };
+
+/// Bit offset of row j's code within a word of order `o`.
+constexpr int code_shift(CodeOrder o, int j) { return o == CodeOrder::kRows ? 4 * j : 4 * (j / 2) + 16 * (j % 2); }
+
 /// Prepared weights of one layer, laid out for the kernels.
 ///
 /// Rows. K is reordered so that every group is one contiguous run of rows (act order is resolved
@@ -41,8 +52,8 @@ constexpr int64_t kSegmentLines = 16;
 /// padded row r, or -1 for padding (apply() gathers x through it, with 0 for padding).
 ///
 /// Codes. Tile-major: tile t (columns 16t .. 16t+15) is `lines` consecutive 64-byte lines, line l
-/// holding 16 u32 words, word c = the 8 codes of rows 8l .. 8l+7 of column 16t + c (nibble j = row
-/// 8l + j). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
+/// holding 16 u32 words, word c = the 8 codes of rows 8l .. 8l+7 of column 16t + c (row 8l + j
+/// at bit code_shift(order, j)). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
 /// multiple of 16 with zero codes and zero scales.
 ///
 /// Segments. The fused kernels sum each group in runs of at most kSegmentLines lines (128 rows),
@@ -55,6 +66,7 @@ struct CpuWeights {
   int64_t k = 0, n = 0, groups = 0;
   int64_t tiles = 0, lines = 0;     ///< tiles = ceil(N/16); lines = padded rows / 8
   int32_t act_dtype = NIBBLE_DTYPE_F16;
+  CodeOrder order = CodeOrder::kRows;
   std::vector<int64_t> group_line;  ///< [groups + 1] first line of each group
   std::vector<int64_t> seg_line;    ///< [segments + 1] first line of each segment
   std::vector<int32_t> seg_group;   ///< [segments] group of each segment
@@ -69,11 +81,14 @@ struct CpuWeights {
   const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
   const float* tile_scales(int64_t t) const { return scales.data() + t * groups * kTileN; }
   const float* tile_zeros(int64_t t) const { return zeros.data() + t * groups * kTileN; }
+  /// Code of row j (0..7) in word `word` of a line.
+  int code(uint32_t word, int j) const { return int((word >> code_shift(order, j)) & 0xfu); }
 };
 
 /// Builds CpuWeights from the canonical form (host memory). Throws std::invalid_argument with a
 /// message naming the tensor on inconsistent input.
-CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w);
+CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w,
+                               CodeOrder order = CodeOrder::kRows);
 
 /// Dequantizes rows [line0*8, line1*8) x columns of tile t into dst [rows][16] (f32), for the
 /// oneDNN path and for tests of the layout.

@@ -11,6 +11,11 @@ struct Avx2 {
   struct V { __m256 lo, hi; };
   struct W { __m256i lo, hi; };
   static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
+  static constexpr int kSteps = 8;   // one operand per row of the line
+  static constexpr int kParts = 1;   // x in f32
+  static constexpr float kScale = trick_scale(XForm::kF32);
+  static constexpr bool kHasExact = true;
+  static constexpr int chains(int) { return 4; }  // 4 x 2 ymm per row: more would spill
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }
   static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
@@ -22,6 +27,7 @@ struct Avx2 {
   static V add(V a, V b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
   static V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
   static V fmadd(V a, V b, V c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+  static V madd(V t, const uint32_t* x, V acc) { return fmadd(t, set1(fused::as_float(x)), acc); }
   static V fnmadd(V a, V b, V c) { return {_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi)}; }
   static V sub(V a, V b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
   // a_J + q_J / 16 (kernels.h): the nibble shifted to bits 15..18 (even J, or-ed into 16.0f) or

@@ -13,6 +13,13 @@ struct Avx512 {
   // bits 15..18 and 19..22 (rotate left by 15 - 8p): the windows of the trick (kernels.h).
   struct W { __m512i raw, rot[4]; };
   static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + codes + temporaries fit 32 zmm
+  static constexpr int kSteps = 8;   // one operand per row of the line
+  static constexpr int kParts = 1;   // x in f32
+  static constexpr float kScale = trick_scale(XForm::kF32);
+  static constexpr bool kHasExact = true;
+  // 8 chains for one row (each of its 8 products per line in its own chain), then fewer per row
+  // as the rows themselves give independent chains.
+  static constexpr int chains(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows <= 7 ? 2 : 1; }
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float f) { return _mm512_set1_ps(f); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
@@ -26,6 +33,7 @@ struct Avx512 {
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V madd(V t, const uint32_t* x, V acc) { return _mm512_fmadd_ps(t, _mm512_set1_ps(fused::as_float(x)), acc); }
   static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   // a_J + q_J / 16 in one vpternlogd: keep the window's nibble, or in 16.0f (even J) or 1.0f.

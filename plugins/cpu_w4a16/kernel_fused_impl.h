@@ -20,24 +20,49 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 
 #include "kernels.h"
 
 namespace nibble::cpu::fused {
 
-// Independent accumulator chains per row: an FMA waits ~4 cycles for the previous one into the
-// same register and two issue per cycle, so about 8 chains in all keep the FMA units busy (a row
-// adds 8 products per line: with C chains each line costs 8 / C dependent FMAs per chain).
-template <int MB>
-constexpr int kChains = MB <= 3 ? 4 : MB <= 7 ? 2 : 1;
+// A 32-bit word of xp as the f32 it holds (the compilers fold this into a broadcast load).
+inline float as_float(const uint32_t* p) {
+  float f;
+  std::memcpy(&f, p, sizeof f);
+  return f;
+}
 
-template <class T, int MB, bool kExact, int J>
-inline __attribute__((always_inline)) void step(const typename T::W& code, const typename T::V& zv, const float* xl,
+// A traits type T gives the ISA's vector types and operations, and how a line's codes become
+// operands: T::kSteps operands per line (8 rows one by one, or 4 pairs of rows), each multiplied
+// by T::kParts broadcast words of x per row (kernel_avx512.cpp, kernel_avx2.cpp,
+// kernel_avx512bf16.cpp).
+//
+// Independent accumulator chains per row, T::chains(MB): a multiply-add waits ~4-6 cycles for the
+// previous one into the same register and two issue per cycle, so about 8-12 chains in all keep
+// the units busy. Lines are taken two at a time so that a chain can also alternate between them
+// (the slot of step J, part P of line H of the pair is (H kSteps kParts + P kSteps + J) mod C).
+template <class T, int MB, bool kExact, int H, int J>
+inline __attribute__((always_inline)) void step(const typename T::W& code, const typename T::V& zv, const uint32_t* xl,
                                                 typename T::V* acc) {
   const typename T::V t = kExact ? T::template exact<J>(code, zv) : T::template trick<J>(code);
-  constexpr int C = kChains<MB>;
+  constexpr int C = T::chains(MB);
 #pragma GCC unroll 8
-  for (int m = 0; m < MB; ++m) acc[m * C + J % C] = T::fmadd(t, T::set1(xl[m * 8 + J]), acc[m * C + J % C]);
+  for (int m = 0; m < MB; ++m)
+#pragma GCC unroll 2
+    for (int p = 0; p < T::kParts; ++p) {
+      constexpr int base = H * T::kSteps * T::kParts + J;
+      const int slot = (base + p * T::kSteps) % C;
+      acc[m * C + slot] = T::madd(t, xl + m * 8 + p * T::kSteps + J, acc[m * C + slot]);
+    }
+}
+
+template <class T, int MB, bool kExact, int H, int... J>
+inline __attribute__((always_inline)) void line(const uint32_t* q, const typename T::V& zv, const uint32_t* xl,
+                                                typename T::V* acc, std::integer_sequence<int, J...>) {
+  const typename T::W code = T::load_codes(q);
+  (step<T, MB, kExact, H, J>(code, zv, xl, acc), ...);
 }
 
 // Lines the software prefetch runs ahead of the loads (4 KiB; measured: 8, 32, 64, 128 and 192
@@ -45,19 +70,20 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
 constexpr int64_t kPrefetchLines = 64;
 // Bytes of x one K block may use: x stays in L1 (32 KiB on the targets) while the block's lines
 // of every tile stream past it.
-constexpr int64_t kXBlockBytes = 16 << 10;
+constexpr int64_t kXBlockBytes = 256 << 10;
 
 // One tile's share of the K block of segments [s0, s1) for MB rows: y += the block's terms.
 // xp: this row block's [lines][rb][8]; xs: its [segments][2][rb]; y: its first row; next: the
 // first line the caller reads after this block (where the prefetch goes once it passes the end).
 template <class T, int MB, bool kExact>
-void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const float* xp, int64_t rb, const float* xs,
+void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
                float* y, int64_t ldy, const uint32_t* next) {
   using V = typename T::V;
+  using Steps = std::make_integer_sequence<int, T::kSteps>;
   const uint32_t* q = w.tile_codes(t);
   const float* s = w.tile_scales(t);
   const float* z = w.tile_zeros(t);
-  constexpr int C = kChains<MB>;
+  constexpr int C = T::chains(MB);
   V out[MB], acc[MB * C];
   for (int m = 0; m < MB; ++m) out[m] = s0 == 0 ? T::zero() : T::load(y + m * ldy + t * kTileN);
   // The prefetch address walks this block's lines, then continues at `next`. Integers, not
@@ -70,20 +96,21 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const flo
     for (int i = 0; i < MB * C; ++i) acc[i] = T::zero();
     const V zv = T::load(z + g * kTileN);
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
-    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
+    const auto advance = [&] {
       T::prefetch(reinterpret_cast<const uint32_t*>(pf));
       pf += kTileN * sizeof(uint32_t);  // one line
       if (pf == end) pf = uintptr_t(next);
-      const typename T::W code = T::load_codes(q + l * kTileN);
-      const float* xl = xp + l * rb * 8;
-      step<T, MB, kExact, 0>(code, zv, xl, acc);
-      step<T, MB, kExact, 1>(code, zv, xl, acc);
-      step<T, MB, kExact, 2>(code, zv, xl, acc);
-      step<T, MB, kExact, 3>(code, zv, xl, acc);
-      step<T, MB, kExact, 4>(code, zv, xl, acc);
-      step<T, MB, kExact, 5>(code, zv, xl, acc);
-      step<T, MB, kExact, 6>(code, zv, xl, acc);
-      step<T, MB, kExact, 7>(code, zv, xl, acc);
+    };
+    int64_t l = w.seg_line[size_t(sg)];
+    for (; l + 1 < l1; l += 2) {
+      advance();
+      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * 8, acc, Steps{});
+      advance();
+      line<T, MB, kExact, 1>(q + (l + 1) * kTileN, zv, xp + (l + 1) * rb * 8, acc, Steps{});
+    }
+    if (l < l1) {
+      advance();
+      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * 8, acc, Steps{});
     }
     for (int m = 0; m < MB; ++m)
       for (int c = 1; c < C; ++c) acc[m * C] = T::add(acc[m * C], acc[m * C + c]);
@@ -91,7 +118,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const flo
     if constexpr (kExact) {
       for (int m = 0; m < MB; ++m) out[m] = T::fmadd(sv, acc[m * C], out[m]);
     } else {
-      const V sS = T::mul(sv, T::set1(kTrickScale));
+      const V sS = T::mul(sv, T::set1(T::kScale));
       const V sz = T::mul(sv, zv);
       const float* xa = xs + sg * 2 * rb;  // A, then X
       for (int m = 0; m < MB; ++m) {
@@ -108,7 +135,7 @@ template <class T, bool kExact>
 void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t block, int64_t mb, const uint32_t* next) {
   const CpuWeights& w = *a.w;
   const int64_t ldy = w.tiles * kTileN;
-  const float* xp = a.xp + block * w.lines * a.rb * 8;
+  const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + block * w.lines * a.rb * 8;
   const float* xs = a.xs + block * w.segments() * 2 * a.rb;
   float* y = a.y + block * a.rb * ldy;
   switch (mb) {
@@ -140,8 +167,13 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
                                         : w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN;
       for (int64_t b = 0; b * a.rb < a.m; ++b) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-        if (a.exact) run_rows<T, true>(a, t, s0, s1, b, mb, next);
-        else run_rows<T, false>(a, t, s0, s1, b, mb, next);
+        if constexpr (T::kHasExact) {
+          if (a.exact) {
+            run_rows<T, true>(a, t, s0, s1, b, mb, next);
+            continue;
+          }
+        }
+        run_rows<T, false>(a, t, s0, s1, b, mb, next);
       }
     }
     s0 = s1;

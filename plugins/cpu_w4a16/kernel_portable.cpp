@@ -29,7 +29,26 @@ int num_threads() {
 
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int64_t rb, float* xp, float* xs) {
+namespace {
+// One line's 8 values of x (a row of xp) in place as bf16 pairs: kBf16 the 4 pairs, kBf16x2 the
+// 4 pairs of the hi parts then the 4 of the lo parts (hi + lo == x exactly for fp16 and bf16 x).
+void to_bf16_pairs(float* slot, XForm f) {
+  float v[8];
+  std::memcpy(v, slot, sizeof v);
+  uint32_t words[8] = {};
+  for (int p = 0; p < 4; ++p) {
+    const uint16_t h0 = float_to_bf16(v[2 * p]), h1 = float_to_bf16(v[2 * p + 1]);
+    words[p] = uint32_t(h0) | uint32_t(h1) << 16;
+    if (f == XForm::kBf16x2) {
+      const uint16_t l0 = float_to_bf16(v[2 * p] - bf16_to_float(h0)), l1 = float_to_bf16(v[2 * p + 1] - bf16_to_float(h1));
+      words[4 + p] = uint32_t(l0) | uint32_t(l1) << 16;
+    }
+  }
+  std::memcpy(slot, words, sizeof words);
+}
+}  // namespace
+
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs) {
   const DType dt = DType(dtype);
   const int64_t blocks = (m + rb - 1) / rb, segs = w.segments();
   std::fill(xp, xp + blocks * w.lines * rb * 8, 0.0f);
@@ -43,12 +62,14 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int6
         const int32_t src = w.row_src[size_t(i)];
         const float v = src < 0 ? 0.0f : float(load_float(x, dt, size_t(r * w.k + src)));
         dst[(i / 8) * rb * 8 + i % 8] = v;
-        offset_sum += trick_offset(int(i % 8)) * v;
+        offset_sum += trick_offset(f, int(i % 8)) * v;
         sum += v;
       }
       sums[(sg * 2) * rb] = float(offset_sum);
       sums[(sg * 2 + 1) * rb] = float(sum);
     }
+    if (f != XForm::kF32)
+      for (int64_t l = 0; l < w.lines; ++l) to_bf16_pairs(dst + l * rb * 8, f);
   }
 }
 
@@ -68,7 +89,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
           for (int j = 0; j < 8; ++j) {
             const float xv = x[l * a.rb * 8 + j];
             for (int64_t c = 0; c < kTileN; ++c)
-              acc[c] += xv * (float((q[l * kTileN + c] >> (4 * j)) & 0xfu) - z[g * kTileN + c]);
+              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - z[g * kTileN + c]);
           }
         for (int64_t c = 0; c < kTileN; ++c) out[c] += s[g * kTileN + c] * acc[c];
       }
@@ -77,12 +98,18 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
-IsaChoice fused_kernel_named(const char* name) {
+IsaChoice fused_kernel_named(const char* name, int32_t act_dtype) {
   const std::string n = name;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (n == "avx512bf16") {
+    if (!avx512 || !__builtin_cpu_supports("avx512bf16")) return {nullptr, "this CPU lacks AVX-512 BF16", 0};
+    if (act_dtype == NIBBLE_DTYPE_BF16) return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16};
+    if (act_dtype == NIBBLE_DTYPE_F16) return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16x2};
+    return {nullptr, "f32 activations need exact f32 products (not bf16)", 0};
+  }
   if (n == "avx512") {
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-      return {fused_avx512, "avx512", 8};
+    if (avx512) return {fused_avx512, "avx512", 8};
     return {nullptr, "this CPU lacks AVX-512 F/BW/VL/DQ", 0};
   }
   if (n == "avx2") {
@@ -90,16 +117,16 @@ IsaChoice fused_kernel_named(const char* name) {
     return {nullptr, "this CPU lacks AVX2 and FMA", 0};
   }
   if (n == "portable") return {fused_portable, "portable", 1};
-  return {nullptr, "unknown kernel (expected avx512, avx2 or portable)", 0};
+  return {nullptr, "unknown kernel (expected avx512bf16, avx512, avx2 or portable)", 0};
 }
 
-IsaChoice best_fused_kernel() {
+IsaChoice best_fused_kernel(int32_t act_dtype) {
   if (const char* forced = std::getenv("NIBBLE_CPU_ISA"); forced && *forced) {
-    IsaChoice c = fused_kernel_named(forced);
+    IsaChoice c = fused_kernel_named(forced, act_dtype);
     if (c.fn) return c;
   }
-  for (const char* n : {"avx512", "avx2"}) {
-    IsaChoice c = fused_kernel_named(n);
+  for (const char* n : {"avx512bf16", "avx512", "avx2"}) {
+    IsaChoice c = fused_kernel_named(n, act_dtype);
     if (c.fn) return c;
   }
   return {fused_portable, "portable", 1};

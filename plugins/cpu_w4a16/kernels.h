@@ -13,18 +13,27 @@ namespace nibble::cpu {
 int num_threads();
 void set_num_threads(int n);
 
-/// The "trick" form of a code q at row j of a line (0..7) that the fused SIMD kernels multiply x
-/// by: t = a_j + q / kTrickScale with a_j = 16 for even j and 1 for odd j, built by or-ing the
-/// nibble into the mantissa of 16.0f (bits 15..18) or of 1.0f (bits 19..22), two instructions
-/// without a conversion (kernel_fused_impl.h). So sum x (q - z) = S (sum x t - sum a_j x) - z sum x.
-constexpr float kTrickScale = 16.0f;
-constexpr float trick_offset(int j) { return j % 2 ? 1.0f : 16.0f; }
+/// How a kernel wants x: the "trick" form of the codes it multiplies x by, and the type of x.
+/// The fused SIMD kernels multiply x by t = a_j + q / S instead of q - z, a number they make from
+/// the code in two instructions without a conversion, so that
+///   sum x (q - z) = S (sum x t - sum a_j x) - z sum x.
+///   kF32      x in f32; t = a_j + q / 16 with a_j = 16 for even rows j and 1 for odd ones: the
+///             nibble or-ed into the mantissa of 16.0f (bits 15..18) or of 1.0f (bits 19..22)
+///   kBf16     x in bf16 pairs; t = 128 + q for every row: the nibble or-ed into the bf16 128.0
+///             (0x4300), whose last mantissa bit is worth 1; exact for bf16 activations
+///   kBf16x2   as kBf16, with each x split into two bf16 numbers hi + lo that sum to it exactly
+///             (fp16 x has 11 significant bits, bf16 8: hi takes the top 8 rounded, lo the rest)
+enum class XForm { kF32, kBf16, kBf16x2 };
+constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
+constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f : j % 2 ? 1.0f : 16.0f; }
 
 /// The operands of one fused call, shared by every kernel. Rows of x are processed in blocks of
 /// `rb` rows (the kernel's register blocking); within a block, x is interleaved so that the values
 /// one line needs are contiguous (one base pointer, constant offsets: no address registers spill).
-///   xp  f32 [blocks][lines][rb][8]: x gathered into the weights' padded row order (0 for padding
-///       rows and for rows past m in the last block)
+///   xp  32-bit [blocks][lines][rb][8]: x gathered into the weights' padded row order (0 for
+///       padding rows and for rows past m in the last block); per line and row, 8 f32 (kF32), or
+///       4 u32 bf16 pairs (x_2p in the low half, x_2p+1 in the high half; kBf16), or the 4 pairs
+///       of the hi parts then the 4 of the lo parts (kBf16x2)
 ///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, sum of a_j x (trick_offset)
 ///       and plain sum of x over its rows (the corrections of the trick and of the zero point)
 ///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)
@@ -36,10 +45,11 @@ struct FusedArgs {
   int64_t rb;  ///< rows per block (IsaChoice::rows)
   float* y;
   bool exact;  ///< f32 activations: form (q - z) exactly instead of the trick
+  XForm xform;
 };
 
-/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`.
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, int64_t m, int64_t rb, float* xp, float* xs);
+/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in form `f`.
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs);
 
 /// Computes tiles [t0, t1) of y for all m rows. One function per ISA (each in its own file,
 /// compiled with that ISA's flags).
@@ -47,6 +57,7 @@ using FusedKernel = void (*)(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1);
+void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
 
 /// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5), with
 /// the widest loads this CPU has.
@@ -57,12 +68,16 @@ uint64_t read_stream_avx2(const void* p, size_t bytes);
 
 struct IsaChoice {
   FusedKernel fn;
-  const char* name;  ///< "avx512", "avx2", "portable"
+  const char* name;  ///< "avx512bf16", "avx512", "avx2", "portable"
   int64_t rows;      ///< rows per block of x (FusedArgs::rb)
+  CodeOrder order = CodeOrder::kRows;  ///< the order of codes it reads
+  XForm xform = XForm::kF32;           ///< the form of x it reads
 };
-/// The best kernel this CPU runs (NIBBLE_CPU_ISA=avx512|avx2|portable forces one, for tests).
-IsaChoice best_fused_kernel();
-/// A named kernel if this CPU can run it, else {nullptr, reason}.
-IsaChoice fused_kernel_named(const char* name);
+/// The best kernel this CPU runs for activations of `act_dtype` (NIBBLE_CPU_ISA=avx512bf16|
+/// avx512|avx2|portable forces one, for tests, where this CPU and the activations allow it).
+/// avx512bf16 takes bf16 and fp16 activations; f32 activations (exact products) the others.
+IsaChoice best_fused_kernel(int32_t act_dtype);
+/// A named kernel if this CPU can run it for `act_dtype`, else {nullptr, reason}.
+IsaChoice fused_kernel_named(const char* name, int32_t act_dtype);
 
 }  // namespace nibble::cpu

@@ -73,7 +73,8 @@ int64_t onednn_min_m(const OnednnPath& path) {
 }
 
 int32_t probe(char* msg, size_t cap) {
-  return fail(NIBBLE_OK, msg, cap, "%d threads, %s kernels", num_threads(), best_fused_kernel().name);
+  return fail(NIBBLE_OK, msg, cap, "%d threads, %s kernels (%s for f32 activations)", num_threads(),
+              best_fused_kernel(NIBBLE_DTYPE_BF16).name, best_fused_kernel(NIBBLE_DTYPE_F32).name);
 }
 
 int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
@@ -94,8 +95,8 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec = *s;
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
-      p->w = prepare_cpu_weights(*s, *w);
-      p->kernel = best_fused_kernel();
+      p->kernel = best_fused_kernel(s->act_dtype);
+      p->w = prepare_cpu_weights(*s, *w, p->kernel.order);
       p->onednn = std::make_unique<OnednnPath>(p->w, s->act_dtype == NIBBLE_DTYPE_BF16);
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
@@ -127,11 +128,13 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     sc.xp.resize(size_t(blocks * w.lines * rb * 8));
     sc.xs.resize(size_t(blocks * w.segments() * 2 * rb));
     sc.y.resize(size_t(m * ldy));
-    gather_x(w, x->data, p.spec.act_dtype, m, rb, sc.xp.data(), sc.xs.data());
+    // The oneDNN path reads x as f32 rows.
+    const XForm xform = large ? XForm::kF32 : p.kernel.xform;
+    gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
     if (large) {
       p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
     } else {
-      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32};
+      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
       const FusedKernel kernel = p.kernel.fn;
       const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
       // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
