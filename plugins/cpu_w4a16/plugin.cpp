@@ -1,5 +1,6 @@
 // cpu_w4a16: the CPU backend plugin. This file is the ABI glue: capabilities, probe,
 // can_implement, process_weights, apply, host "device" memory and the oneDNN dense baseline.
+#include <cpuid.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -45,11 +46,17 @@ nibble_capabilities make_caps() {
 const nibble_capabilities kCaps = make_caps();
 
 // The crossover between the fused kernel and the oneDNN path, measured (docs/benchmarks.md). With
-// the bf16 brgemm (bf16 activations on a CPU with avx512_bf16; measured on a Sapphire Rapids host
-// with AMX, 2 threads) oneDNN won from M = 256 on the large layers and from 1024 on all; the f32
-// brgemm lost to the fused kernel at every M measured (64 ... 1024 on the 2-core development
-// machine), so it is never chosen by default.
+// the bf16 brgemm on AMX tiles (bf16 activations; a Sapphire Rapids host, 2 threads) oneDNN won
+// from M = 256 on the large layers and from 1024 on all. Without AMX (AVX-512 BF16 only: a Zen 5,
+// 2 threads) the fused avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32
+// brgemm lost to the fused kernel at every M measured: there oneDNN is never chosen by default.
 constexpr int64_t kBf16OnednnMinM = 256;
+
+// AMX-BF16: CPUID leaf 7, sub-leaf 0, EDX bit 22.
+bool cpu_has_amx_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
+}
 
 struct Prepared {
   nibble_linear_spec spec;
@@ -69,7 +76,8 @@ int64_t onednn_min_m(const OnednnPath& path) {
     if (std::strcmp(env, "onednn") == 0) return 1;
     if (std::strcmp(env, "fused") == 0) return INT64_MAX;
   }
-  return path.bf16() ? kBf16OnednnMinM : INT64_MAX;
+  static const bool amx = cpu_has_amx_bf16();
+  return path.bf16() && amx ? kBf16OnednnMinM : INT64_MAX;
 }
 
 int32_t probe(char* msg, size_t cap) {
