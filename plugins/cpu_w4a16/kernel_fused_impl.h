@@ -1,12 +1,13 @@
-// The fused int4 kernel, written once over an ISA "traits" type (kernel_avx512.cpp and
-// kernel_avx2.cpp instantiate it with their flags). For one 16-column tile and a block of MB rows:
+// The fused int4 kernel, written once over an ISA "traits" type (kernel_avx512.cpp,
+// kernel_avx512bf16.cpp and kernel_avx2.cpp instantiate it with their flags). For one 16-column
+// tile and a block of MB rows:
 //
 //   for each segment s (<= 16 lines of one group g):
 //       acc[m] = sum over the segment's rows k of x[m, k] * t(k)
 //       y[m]  += sS * acc[m] - sS * A[m, s] - sz * X[m, s]
 //
-// with t(k) = a_j + q(k)/S the trick form of kernels.h (the nibble or-ed into the mantissa of
-// 16.0f or 1.0f: S = 16, a_j = 16 or 1 by the row's parity j), so that
+// with t(k) = a_j + q(k)/S the trick form of kernels.h (f32: the nibble or-ed into the mantissa of
+// 16.0f or 1.0f, S = 16, a_j = 16 or 1 by the row's parity j; bf16: 128 + q, S = 1), so that
 //   sum x (q - z) = S acc - S A - z X,   A = sum a_j x,   X = sum x,   sS = S s,   sz = s z.
 // The products x * t are exact in fp32 (x has at most 11 significant bits, t 9); only the fp32
 // accumulation rounds, and the cancellation S (acc - A) costs up to 8 bits of it, which the
@@ -68,8 +69,8 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
 // Lines the software prefetch runs ahead of the loads (4 KiB; measured: 8, 32, 64, 128 and 192
 // lines, docs/benchmarks.md).
 constexpr int64_t kPrefetchLines = 64;
-// Bytes of x one K block may use: x stays in L1 (32 KiB on the targets) while the block's lines
-// of every tile stream past it.
+// Bytes of x one K block may use: x stays in L2 while the block's lines of every tile stream
+// past it (16 KiB for L1 measured slower on a Zen 5: runs of 32 KiB per tile; docs/benchmarks.md).
 constexpr int64_t kXBlockBytes = 256 << 10;
 
 // One tile's share of the K block of segments [s0, s1) for MB rows: y += the block's terms.
