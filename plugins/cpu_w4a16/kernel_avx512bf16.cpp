@@ -9,6 +9,9 @@
 // do, round to nearest; denormal inputs read as zero, which only bf16 x below 2^-126 could be).
 #include <immintrin.h>
 
+#include <array>
+#include <utility>
+
 #include "kernel_fused_impl.h"
 
 namespace nibble::cpu {
@@ -53,11 +56,107 @@ struct Avx512Bf16 {
   }
 };
 
+// The GEMM form for many rows: kGemmTiles tiles x MB <= kGemmRows rows of accumulators (24
+// zmm), so that every x broadcast feeds 4 vdpbf16ps and every weight operand MB of them (the
+// one-tile kernel above needs a broadcast per vdpbf16ps and runs at ~65% of their peak). Outputs
+// stay in y between segments. The weights of a group of tiles are walked in K blocks of
+// kGemmBlockLines lines (256 KiB for 4 tiles), once per block of rows: they come from memory for
+// the first block of rows and from L2 for the others.
+template <int P, int MB, int NT>
+void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
+                float* y, int64_t ldy) {
+  const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
+  const uint32_t* q = w.tile_codes(t);
+  const int64_t tile_words = w.lines * kTileN;
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const int64_t g = w.seg_group[size_t(sg)];
+    __m512 acc[MB][NT];
+    for (int m = 0; m < MB; ++m)
+      for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_setzero_ps();
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
+      const uint32_t* xl = xp + l * rb * 8;
+      const uint32_t* ql = q + l * kTileN;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        __m512i tv[NT];
+#pragma GCC unroll 4
+        for (int n = 0; n < NT; ++n)
+          tv[n] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(_mm512_load_si512(ql + n * tile_words), 4 * j), mask, one, 0xea);
+#pragma GCC unroll 6
+        for (int m = 0; m < MB; ++m)
+#pragma GCC unroll 2
+          for (int p = 0; p < P; ++p) {
+            const __m512i xb = _mm512_set1_epi32(int(xl[m * 8 + p * 4 + j]));
+#pragma GCC unroll 4
+            for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)tv[n], (__m512bh)xb);
+          }
+      }
+    }
+    for (int n = 0; n < NT; ++n) {
+      const __m512 sv = _mm512_loadu_ps(w.tile_scales(t + n) + g * kTileN);
+      const __m512 sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
+      for (int m = 0; m < MB; ++m) {
+        float* yp = y + m * ldy + (t + n) * kTileN;
+        __m512 out = sg == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yp);
+        // S = 1: y += s (acc - A) - s z X (kernel_fused_impl.h).
+        out = _mm512_fmadd_ps(sv, _mm512_sub_ps(acc[m][n], _mm512_set1_ps(xs[sg * 2 * rb + m])), out);
+        out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xs[(sg * 2 + 1) * rb + m]), out);
+        _mm512_storeu_ps(yp, out);
+      }
+    }
+  }
+}
+
+constexpr int kGemmTiles = 4;
+// Tiles and lines of one block of the weights (16 tiles x 256 lines = 256 KiB, in L2): every
+// block of rows runs over all of it before the next, so that its x (6 rows x 256 lines, 48 KiB)
+// is read from memory once and then from L1 by the block's 4 groups of tiles.
+constexpr int64_t kGemmBlockTiles = 16;
+constexpr int64_t kGemmBlockLines = 256;
+
+using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t);
+
+template <int P, int... I>
+constexpr auto gemm_table(std::integer_sequence<int, I...>) {
+  // Entry (MB - 1) * kGemmTiles + (NT - 1).
+  return std::array<GemmBlock, sizeof...(I)>{&gemm_block<P, I / kGemmTiles + 1, I % kGemmTiles + 1>...};
+}
+
+template <int P>
+void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
+  static constexpr auto table = gemm_table<P>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
+  const CpuWeights& w = *a.w;
+  const int64_t segs = w.segments(), ldy = w.tiles * kTileN;
+  for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
+    const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
+    for (int64_t s0 = 0; s0 < segs;) {
+      int64_t s1 = s0 + 1;
+      while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
+      for (int64_t b = 0; b * a.rb < a.m; ++b) {
+        const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+        const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 8;
+        const float* xs = a.xs + b * segs * 2 * a.rb;
+        for (int64_t t = tb; t < tb1; t += kGemmTiles) {
+          const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
+          table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy);
+        }
+      }
+      s0 = s1;
+    }
+  }
+}
+
 }  // namespace
 
 void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
   if (a.xform == XForm::kBf16x2) fused::run<Avx512Bf16<2>>(a, t0, t1);
   else fused::run<Avx512Bf16<1>>(a, t0, t1);
+}
+
+void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
+  if (a.xform == XForm::kBf16x2) gemm<2>(a, t0, t1);
+  else gemm<1>(a, t0, t1);
 }
 
 }  // namespace nibble::cpu

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels.h"
 #include "nibble/dtype.h"
@@ -30,46 +31,91 @@ int num_threads() {
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
 namespace {
-// One line's 8 values of x (a row of xp) in place as bf16 pairs: kBf16 the 4 pairs, kBf16x2 the
-// 4 pairs of the hi parts then the 4 of the lo parts (hi + lo == x exactly for fp16 and bf16 x).
-void to_bf16_pairs(float* slot, XForm f) {
-  float v[8];
-  std::memcpy(v, slot, sizeof v);
-  uint32_t words[8] = {};
+// One line's 8 values of x into its slot of xp: 8 f32 (kF32), or as bf16 pairs: kBf16 the 4 pairs
+// (x is bf16 there, so its f32 form truncates to it exactly), kBf16x2 the 4 pairs of the hi parts
+// (rounded to nearest even) then the 4 of the lo parts (x - hi, exact in bf16 for fp16 x).
+inline void put_line(const float* v, XForm f, float* slot) {
+  if (f == XForm::kF32) {
+    std::memcpy(slot, v, 8 * sizeof(float));
+    return;
+  }
+  uint32_t bits[8], hi[8], lo[8] = {};
+  std::memcpy(bits, v, sizeof bits);
+  for (int j = 0; j < 8; ++j) {
+    hi[j] = f == XForm::kBf16 ? bits[j] >> 16 : (bits[j] + 0x7fffu + ((bits[j] >> 16) & 1u)) >> 16;
+    if (f == XForm::kBf16x2) lo[j] = float_bits(v[j] - bits_float(hi[j] << 16)) >> 16;
+  }
+  uint32_t words[8];
   for (int p = 0; p < 4; ++p) {
-    const uint16_t h0 = float_to_bf16(v[2 * p]), h1 = float_to_bf16(v[2 * p + 1]);
-    words[p] = uint32_t(h0) | uint32_t(h1) << 16;
-    if (f == XForm::kBf16x2) {
-      const uint16_t l0 = float_to_bf16(v[2 * p] - bf16_to_float(h0)), l1 = float_to_bf16(v[2 * p + 1] - bf16_to_float(h1));
-      words[4 + p] = uint32_t(l0) | uint32_t(l1) << 16;
-    }
+    words[p] = hi[2 * p] | hi[2 * p + 1] << 16;
+    words[4 + p] = lo[2 * p] | lo[2 * p + 1] << 16;
   }
   std::memcpy(slot, words, sizeof words);
+}
+
+// Row r of x [m, k] of `dt` as f32 (one loop per dtype, so that the compiler vectorizes it).
+void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, float* out) {
+  const size_t o = size_t(r * k);
+  switch (dt) {
+    case DType::bf16: {
+      const uint16_t* p = static_cast<const uint16_t*>(x) + o;
+      for (int64_t i = 0; i < k; ++i) out[i] = bf16_to_float(p[i]);
+      break;
+    }
+    case DType::f16: {
+      const uint16_t* p = static_cast<const uint16_t*>(x) + o;
+      for (int64_t i = 0; i < k; ++i) out[i] = f16_to_float(p[i]);
+      break;
+    }
+    case DType::f32: std::memcpy(out, static_cast<const float*>(x) + o, size_t(k) * sizeof(float)); break;
+    default:
+      for (int64_t i = 0; i < k; ++i) out[i] = float(load_float(x, dt, o + size_t(i)));
+  }
 }
 }  // namespace
 
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs) {
   const DType dt = DType(dtype);
   const int64_t blocks = (m + rb - 1) / rb, segs = w.segments();
-  std::fill(xp, xp + blocks * w.lines * rb * 8, 0.0f);
-  std::fill(xs, xs + blocks * segs * 2 * rb, 0.0f);
-  for (int64_t r = 0; r < m; ++r) {
-    float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;  // element (line l, j) at dst[l * rb * 8 + j]
-    float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
-    for (int64_t sg = 0; sg < segs; ++sg) {
-      double offset_sum = 0, sum = 0;  // double: the kernel subtracts these from fp32 sums
-      for (int64_t i = w.seg_line[size_t(sg)] * 8; i < w.seg_line[size_t(sg + 1)] * 8; ++i) {
-        const int32_t src = w.row_src[size_t(i)];
-        const float v = src < 0 ? 0.0f : float(load_float(x, dt, size_t(r * w.k + src)));
-        dst[(i / 8) * rb * 8 + i % 8] = v;
-        offset_sum += trick_offset(f, int(i % 8)) * v;
-        sum += v;
+  // Every row below m writes all of its slots; only the rows of the last block past m are zeroed.
+  for (int64_t r = m; r < blocks * rb; ++r) {
+    float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;
+    for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * 8, dst + l * rb * 8 + 8, 0.0f);
+    for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
+  }
+  const int threads = m > 1 ? int(std::min<int64_t>(num_threads(), m)) : 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<float> row(size_t(w.lines * 8), 0.0f);  // zero past K (identity rows read it directly)
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      row_to_f32(x, dt, r, w.k, row.data());
+      float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;  // element (line l, j) at dst[l * rb * 8 + j]
+      float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
+      for (int64_t sg = 0; sg < segs; ++sg) {
+        // Sums per row j of the line in 8 independent lanes (so the additions do not wait for each
+        // other), combined in double: the kernel subtracts them from its fp32 sums.
+        float lane[8] = {};
+        for (int64_t l = w.seg_line[size_t(sg)]; l < w.seg_line[size_t(sg + 1)]; ++l) {
+          const float* v = row.data() + l * 8;
+          float gathered[8];
+          if (!w.identity_rows) {  // act order or padded groups: rows through row_src
+            const int32_t* src = w.row_src.data() + l * 8;
+            for (int j = 0; j < 8; ++j) gathered[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
+            v = gathered;
+          }
+          for (int j = 0; j < 8; ++j) lane[j] += v[j];
+          put_line(v, f, dst + l * rb * 8);
+        }
+        double offset_sum = 0, sum = 0;
+        for (int j = 0; j < 8; ++j) {
+          offset_sum += double(trick_offset(f, j)) * lane[j];
+          sum += lane[j];
+        }
+        sums[(sg * 2) * rb] = float(offset_sum);
+        sums[(sg * 2 + 1) * rb] = float(sum);
       }
-      sums[(sg * 2) * rb] = float(offset_sum);
-      sums[(sg * 2 + 1) * rb] = float(sum);
     }
-    if (f != XForm::kF32)
-      for (int64_t l = 0; l < w.lines; ++l) to_bf16_pairs(dst + l * rb * 8, f);
   }
 }
 
@@ -98,14 +144,21 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
+// From this M on, the avx512bf16 kernel runs in its GEMM form (NIBBLE_CPU_GEMM_MIN_M moves it).
+constexpr int64_t kGemmMinM = 16;
+
 IsaChoice fused_kernel_named(const char* name, int32_t act_dtype) {
   const std::string n = name;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (n == "avx512bf16") {
     if (!avx512 || !__builtin_cpu_supports("avx512bf16")) return {nullptr, "this CPU lacks AVX-512 BF16", 0};
-    if (act_dtype == NIBBLE_DTYPE_BF16) return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16};
-    if (act_dtype == NIBBLE_DTYPE_F16) return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16x2};
+    const char* env = std::getenv("NIBBLE_CPU_GEMM_MIN_M");
+    const int64_t gemm_min_m = env && std::atoll(env) > 0 ? std::atoll(env) : kGemmMinM;
+    if (act_dtype == NIBBLE_DTYPE_BF16)
+      return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16, gemm_avx512bf16, kGemmRows, gemm_min_m};
+    if (act_dtype == NIBBLE_DTYPE_F16)
+      return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16x2, gemm_avx512bf16, kGemmRows, gemm_min_m};
     return {nullptr, "f32 activations need exact f32 products (not bf16)", 0};
   }
   if (n == "avx512") {

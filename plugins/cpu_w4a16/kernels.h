@@ -58,6 +58,10 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
+/// The GEMM form of the avx512bf16 kernel for many rows (4 tiles x kGemmRows rows of accumulators;
+/// FusedArgs::rb = kGemmRows).
+constexpr int kGemmRows = 6;
+void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
 
 /// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5), with
 /// the widest loads this CPU has.
@@ -72,6 +76,9 @@ struct IsaChoice {
   int64_t rows;      ///< rows per block of x (FusedArgs::rb)
   CodeOrder order = CodeOrder::kRows;  ///< the order of codes it reads
   XForm xform = XForm::kF32;           ///< the form of x it reads
+  FusedKernel gemm = nullptr;          ///< a GEMM form for m >= gemm_min_m (same order and form)
+  int64_t gemm_rows = 0;               ///< its rows per block of x
+  int64_t gemm_min_m = 0;
 };
 /// The best kernel this CPU runs for activations of `act_dtype` (NIBBLE_CPU_ISA=avx512bf16|
 /// avx512|avx2|portable forces one, for tests, where this CPU and the activations allow it).

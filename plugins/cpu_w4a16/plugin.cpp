@@ -114,6 +114,38 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
+// y [m, N] of `dt` = the kernels' f32 rows (stride ldy) + bias; one loop per dtype, rows in
+// parallel when there are many.
+void store_y(const CpuWeights& w, const float* src, int64_t ldy, DType dt, int64_t m, void* y) {
+  const int64_t n = w.n;
+  const float* bias = w.bias.empty() ? nullptr : w.bias.data();
+  const int threads = m * n >= (int64_t(1) << 16) ? int(std::min<int64_t>(num_threads(), m)) : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t r = 0; r < m; ++r) {
+    const float* in = src + r * ldy;
+    const auto value = [&](int64_t c) { return in[c] + (bias ? bias[c] : 0.0f); };
+    switch (dt) {
+      case DType::bf16: {
+        uint16_t* out = static_cast<uint16_t*>(y) + r * n;
+        for (int64_t c = 0; c < n; ++c) out[c] = float_to_bf16(value(c));
+        break;
+      }
+      case DType::f16: {
+        uint16_t* out = static_cast<uint16_t*>(y) + r * n;
+        for (int64_t c = 0; c < n; ++c) out[c] = float_to_f16(value(c));
+        break;
+      }
+      case DType::f32: {
+        float* out = static_cast<float*>(y) + r * n;
+        for (int64_t c = 0; c < n; ++c) out[c] = value(c);
+        break;
+      }
+      default:
+        for (int64_t c = 0; c < n; ++c) store_float(y, dt, size_t(r * n + c), value(c));
+    }
+  }
+}
+
 // Per-call scratch, reused by the calling thread across calls.
 struct Scratch {
   std::vector<float> xp, xs, y;
@@ -130,8 +162,9 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
     Scratch& sc = t_scratch;
     const bool large = m >= onednn_min_m(*p.onednn);
+    const bool gemm = !large && p.kernel.gemm && m >= p.kernel.gemm_min_m;
     // Rows per block of x: the kernel's register blocking, or m if smaller (no padded rows in x).
-    const int64_t rb = large ? 1 : std::min(p.kernel.rows, m), blocks = (m + rb - 1) / rb;
+    const int64_t rb = large ? 1 : gemm ? p.kernel.gemm_rows : std::min(p.kernel.rows, m), blocks = (m + rb - 1) / rb;
     const int64_t ldy = large ? p.onednn->y_stride() : w.tiles * kTileN;
     sc.xp.resize(size_t(blocks * w.lines * rb * 8));
     sc.xs.resize(size_t(blocks * w.segments() * 2 * rb));
@@ -143,18 +176,16 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
     } else {
       const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
-      const FusedKernel kernel = p.kernel.fn;
+      const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
       const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
       // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
-      // call, and each chunk is still long contiguous streams.
-      const int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
+      // call, and each chunk is still long contiguous streams (whole groups of 4 for the GEMM form).
+      int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
+      if (gemm) chunk = (chunk + 15) / 16 * 16;  // whole blocks of the GEMM form's weights
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
       for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) kernel(args, t0, std::min(w.tiles, t0 + chunk));
     }
-    const DType dt = DType(p.spec.act_dtype);
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < w.n; ++c)
-        store_float(y->data, dt, size_t(r * w.n + c), sc.y[size_t(r * ldy + c)] + (w.bias.empty() ? 0.0f : w.bias[size_t(c)]));
+    store_y(w, sc.y.data(), ldy, DType(p.spec.act_dtype), m, y->data);
     return NIBBLE_OK;
   });
 }
@@ -235,6 +266,7 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
   if (m >= onednn_min_m(*p.onednn)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
+  if (p.kernel.gemm && m >= p.kernel.gemm_min_m) return fail(NIBBLE_OK, msg, cap, "gemm-%s", p.kernel.name);
   return fail(NIBBLE_OK, msg, cap, "fused-%s", p.kernel.name);
 }
 
