@@ -13,6 +13,7 @@ struct Avx2 {
   static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
   static constexpr int kSteps = 8;   // one operand per row of the line
   static constexpr int kParts = 1;   // x in f32
+  static constexpr int kXWords = 8;
   static constexpr float kScale = trick_scale(XForm::kF32);
   static constexpr bool kHasExact = true;
   static constexpr int chains(int) { return 4; }  // 4 x 2 ymm per row: more would spill

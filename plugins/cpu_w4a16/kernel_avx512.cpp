@@ -15,6 +15,7 @@ struct Avx512 {
   static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + codes + temporaries fit 32 zmm
   static constexpr int kSteps = 8;   // one operand per row of the line
   static constexpr int kParts = 1;   // x in f32
+  static constexpr int kXWords = 8;
   static constexpr float kScale = trick_scale(XForm::kF32);
   static constexpr bool kHasExact = true;
   // 8 chains for one row (each of its 8 products per line in its own chain), then fewer per row

@@ -25,6 +25,7 @@ struct Avx512Bf16 {
   static constexpr int kMaxRows = 8;
   static constexpr int kSteps = 4;  // one operand per pair of rows
   static constexpr int kParts = P;  // bf16 parts per x: 1 (bf16 x) or 2 (fp16 x = hi + lo)
+  static constexpr int kXWords = 4 * P;
   static constexpr float kScale = trick_scale(XForm::kBf16);
   static constexpr bool kHasExact = false;
   // Each row makes 4 P products per line (8 P over the pair of lines the loop takes at once).
@@ -75,7 +76,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
       for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_setzero_ps();
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
-      const uint32_t* xl = xp + l * rb * 8;
+      const uint32_t* xl = xp + l * rb * 4 * P;
       const uint32_t* ql = q + l * kTileN;
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
@@ -87,7 +88,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
         for (int m = 0; m < MB; ++m)
 #pragma GCC unroll 2
           for (int p = 0; p < P; ++p) {
-            const __m512i xb = _mm512_set1_epi32(int(xl[m * 8 + p * 4 + j]));
+            const __m512i xb = _mm512_set1_epi32(int(xl[m * 4 * P + p * 4 + j]));
 #pragma GCC unroll 4
             for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)tv[n], (__m512bh)xb);
           }
@@ -112,8 +113,8 @@ constexpr int kGemmTiles = 4;
 // Tiles and lines of one block of the weights (16 tiles x 256 lines = 256 KiB, in L2): every
 // block of rows runs over all of it before the next, so that its x (6 rows x 256 lines, 48 KiB)
 // is read from memory once and then from L1 by the block's 4 groups of tiles.
-constexpr int64_t kGemmBlockTiles = 16;
-constexpr int64_t kGemmBlockLines = 256;
+constexpr int64_t kGemmBlockTiles = 32;
+constexpr int64_t kGemmBlockLines = 128;
 
 using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t);
 
@@ -135,7 +136,7 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
       while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
       for (int64_t b = 0; b * a.rb < a.m; ++b) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-        const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 8;
+        const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
         const float* xs = a.xs + b * segs * 2 * a.rb;
         for (int64_t t = tb; t < tb1; t += kGemmTiles) {
           const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);

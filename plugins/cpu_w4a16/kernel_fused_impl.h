@@ -55,7 +55,7 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
     for (int p = 0; p < T::kParts; ++p) {
       constexpr int base = H * T::kSteps * T::kParts + J;
       const int slot = (base + p * T::kSteps) % C;
-      acc[m * C + slot] = T::madd(t, xl + m * 8 + p * T::kSteps + J, acc[m * C + slot]);
+      acc[m * C + slot] = T::madd(t, xl + m * T::kXWords + p * T::kSteps + J, acc[m * C + slot]);
     }
 }
 
@@ -105,16 +105,18 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
     int64_t l = w.seg_line[size_t(sg)];
     for (; l + 1 < l1; l += 2) {
       advance();
-      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * 8, acc, Steps{});
+      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
       advance();
-      line<T, MB, kExact, 1>(q + (l + 1) * kTileN, zv, xp + (l + 1) * rb * 8, acc, Steps{});
+      line<T, MB, kExact, 1>(q + (l + 1) * kTileN, zv, xp + (l + 1) * rb * T::kXWords, acc, Steps{});
     }
     if (l < l1) {
       advance();
-      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * 8, acc, Steps{});
+      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
     }
+    // The chains of each row summed as a tree (depth log2 C, not C - 1 dependent adds).
     for (int m = 0; m < MB; ++m)
-      for (int c = 1; c < C; ++c) acc[m * C] = T::add(acc[m * C], acc[m * C + c]);
+      for (int half = C / 2; half >= 1; half /= 2)
+        for (int c = 0; c < half; ++c) acc[m * C + c] = T::add(acc[m * C + c], acc[m * C + c + half]);
     const V sv = T::load(s + g * kTileN);
     if constexpr (kExact) {
       for (int m = 0; m < MB; ++m) out[m] = T::fmadd(sv, acc[m * C], out[m]);
@@ -136,7 +138,7 @@ template <class T, bool kExact>
 void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t block, int64_t mb, const uint32_t* next) {
   const CpuWeights& w = *a.w;
   const int64_t ldy = w.tiles * kTileN;
-  const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + block * w.lines * a.rb * 8;
+  const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + block * w.lines * a.rb * T::kXWords;
   const float* xs = a.xs + block * w.segments() * 2 * a.rb;
   float* y = a.y + block * a.rb * ldy;
   switch (mb) {
@@ -158,7 +160,7 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   // One block of rows: K blocks sized for L1. Several blocks of rows (m > rb): the whole of K at
   // once, tile after tile, as the K blocks would make every block of rows reload and store its
   // outputs, and rows of y lie a multiple of 4 KiB apart (the same L1 set) on most layers.
-  const int64_t max_lines = a.m > a.rb ? w.lines : std::max<int64_t>(kSegmentLines, kXBlockBytes / (a.rb * 8 * int64_t(sizeof(float))));
+  const int64_t max_lines = a.m > a.rb ? w.lines : std::max<int64_t>(kSegmentLines, kXBlockBytes / (a.rb * T::kXWords * int64_t(sizeof(float))));
   for (int64_t s0 = 0; s0 < segs;) {
     int64_t s1 = s0 + 1;
     while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= max_lines) ++s1;

@@ -50,7 +50,7 @@ inline void put_line(const float* v, XForm f, float* slot) {
     words[p] = hi[2 * p] | hi[2 * p + 1] << 16;
     words[4 + p] = lo[2 * p] | lo[2 * p + 1] << 16;
   }
-  std::memcpy(slot, words, sizeof words);
+  std::memcpy(slot, words, size_t(x_words(f)) * sizeof(uint32_t));
 }
 
 // Row r of x [m, k] of `dt` as f32 (one loop per dtype, so that the compiler vectorizes it).
@@ -76,11 +76,11 @@ void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, float* out) {
 
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs) {
   const DType dt = DType(dtype);
-  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments();
+  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments(), xw = x_words(f);
   // Every row below m writes all of its slots; only the rows of the last block past m are zeroed.
   for (int64_t r = m; r < blocks * rb; ++r) {
-    float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;
-    for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * 8, dst + l * rb * 8 + 8, 0.0f);
+    float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;
+    for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * xw, dst + l * rb * xw + xw, 0.0f);
     for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
   }
   const int threads = m > 1 ? int(std::min<int64_t>(num_threads(), m)) : 1;
@@ -90,7 +90,7 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       row_to_f32(x, dt, r, w.k, row.data());
-      float* dst = xp + (r / rb) * w.lines * rb * 8 + (r % rb) * 8;  // element (line l, j) at dst[l * rb * 8 + j]
+      float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;  // line l's slot at dst + l * rb * xw
       float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
       for (int64_t sg = 0; sg < segs; ++sg) {
         // Sums per row j of the line in 8 independent lanes (so the additions do not wait for each
@@ -105,7 +105,7 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_
             v = gathered;
           }
           for (int j = 0; j < 8; ++j) lane[j] += v[j];
-          put_line(v, f, dst + l * rb * 8);
+          put_line(v, f, dst + l * rb * xw);
         }
         double offset_sum = 0, sum = 0;
         for (int j = 0; j < 8; ++j) {
@@ -145,7 +145,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
 }
 
 // From this M on, the avx512bf16 kernel runs in its GEMM form (NIBBLE_CPU_GEMM_MIN_M moves it).
-constexpr int64_t kGemmMinM = 16;
+constexpr int64_t kGemmMinM = 32;
 
 IsaChoice fused_kernel_named(const char* name, int32_t act_dtype) {
   const std::string n = name;

@@ -24,16 +24,18 @@ void set_num_threads(int n);
 ///   kBf16x2   as kBf16, with each x split into two bf16 numbers hi + lo that sum to it exactly
 ///             (fp16 x has 11 significant bits, bf16 8: hi takes the top 8 rounded, lo the rest)
 enum class XForm { kF32, kBf16, kBf16x2 };
+/// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, or 2 x 4 pairs.
+constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : 8; }
 constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
 constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f : j % 2 ? 1.0f : 16.0f; }
 
 /// The operands of one fused call, shared by every kernel. Rows of x are processed in blocks of
 /// `rb` rows (the kernel's register blocking); within a block, x is interleaved so that the values
 /// one line needs are contiguous (one base pointer, constant offsets: no address registers spill).
-///   xp  32-bit [blocks][lines][rb][8]: x gathered into the weights' padded row order (0 for
-///       padding rows and for rows past m in the last block); per line and row, 8 f32 (kF32), or
-///       4 u32 bf16 pairs (x_2p in the low half, x_2p+1 in the high half; kBf16), or the 4 pairs
-///       of the hi parts then the 4 of the lo parts (kBf16x2)
+///   xp  32-bit [blocks][lines][rb][x_words]: x gathered into the weights' padded row order (0
+///       for padding rows and for rows past m in the last block); per line and row, 8 f32 (kF32),
+///       or 4 u32 bf16 pairs (x_2p in the low half, x_2p+1 in the high half; kBf16), or the 4
+///       pairs of the hi parts then the 4 of the lo parts (kBf16x2)
 ///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, sum of a_j x (trick_offset)
 ///       and plain sum of x over its rows (the corrections of the trick and of the zero point)
 ///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)

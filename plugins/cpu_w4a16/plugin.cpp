@@ -181,7 +181,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
       // call, and each chunk is still long contiguous streams (whole groups of 4 for the GEMM form).
       int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
-      if (gemm) chunk = (chunk + 15) / 16 * 16;  // whole blocks of the GEMM form's weights
+      if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
       for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) kernel(args, t0, std::min(w.tiles, t0 + chunk));
     }
