@@ -103,12 +103,13 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   // the matching x entries are zero too, so padding contributes nothing.
 
   cw.scales.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
-  cw.zeros.assign(size_t(cw.tiles * ng * kTileN), 8.0f);
+  const bool asym = s.weight_type == NIBBLE_WT_UINT4;
+  if (asym) cw.zeros.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
   for (int64_t g = 0; g < ng; ++g)
     for (int64_t c = 0; c < N; ++c) {
       const size_t o = size_t(((c / kTileN) * ng + g) * kTileN + c % kTileN);
       cw.scales[o] = float(load_float(w.scales, DType(s.scale_dtype), size_t(g * N + c)));
-      cw.zeros[o] = s.weight_type == NIBBLE_WT_UINT4 ? float(w.zeros[g * N + c]) : 8.0f;
+      if (asym) cw.zeros[o] = float(w.zeros[g * N + c]);
     }
   if (s.has_bias) {
     cw.bias.resize(size_t(N));
@@ -127,7 +128,7 @@ void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line
     for (int j = 0; j < 8; ++j) {
       float* row = dst + ((l - line0) * 8 + j) * kTileN;
       for (int64_t c = 0; c < kTileN; ++c)
-        row[c] = s[g * kTileN + c] * (float(w.code(q[l * kTileN + c], j)) - z[g * kTileN + c]);
+        row[c] = s[g * kTileN + c] * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
     }
   }
 }

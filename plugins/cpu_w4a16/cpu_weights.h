@@ -28,6 +28,9 @@ struct CacheAligned {
   bool operator==(const CacheAligned<U>&) const noexcept { return true; }
 };
 
+/// The zero point of uint4b8 (symmetric) codes.
+constexpr float kSymmetricZero = 8.0f;
+
 /// Columns per tile: one 512-bit register of fp32 lanes.
 constexpr int64_t kTileN = 16;
 /// Longest run of lines the fused kernels sum before applying the group's correction.
@@ -74,13 +77,14 @@ struct CpuWeights {
   bool identity_rows = true;        ///< row_src[r] == r for r < K (no act order, no padding inside)
   std::vector<uint32_t, CacheAligned<uint32_t>> q;  ///< [tiles][lines][16], each line 64-byte aligned
   std::vector<float> scales;        ///< [tiles][groups][16]
-  std::vector<float> zeros;         ///< [tiles][groups][16], 8 for uint4b8
+  std::vector<float> zeros;         ///< [tiles][groups][16]; empty for uint4b8 (zero point 8: not streamed)
   std::vector<float> bias;          ///< [N] or empty
 
   int64_t segments() const { return int64_t(seg_group.size()); }
   const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
   const float* tile_scales(int64_t t) const { return scales.data() + t * groups * kTileN; }
-  const float* tile_zeros(int64_t t) const { return zeros.data() + t * groups * kTileN; }
+  /// Zero points of tile t, or nullptr where every zero point is kSymmetricZero.
+  const float* tile_zeros(int64_t t) const { return zeros.empty() ? nullptr : zeros.data() + t * groups * kTileN; }
   /// Code of row j (0..7) in word `word` of a line.
   int code(uint32_t word, int j) const { return int((word >> code_shift(order, j)) & 0xfu); }
 };

@@ -96,7 +96,8 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
     }
     for (int n = 0; n < NT; ++n) {
       const __m512 sv = _mm512_loadu_ps(w.tile_scales(t + n) + g * kTileN);
-      const __m512 sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
+      const float* z = w.tile_zeros(t + n);
+      const __m512 sz = _mm512_mul_ps(sv, z ? _mm512_loadu_ps(z + g * kTileN) : _mm512_set1_ps(kSymmetricZero));
       for (int m = 0; m < MB; ++m) {
         float* yp = y + m * ldy + (t + n) * kTileN;
         __m512 out = sg == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yp);
@@ -115,6 +116,9 @@ constexpr int kGemmTiles = 4;
 // is read from memory once and then from L1 by the block's 4 groups of tiles.
 constexpr int64_t kGemmBlockTiles = 32;
 constexpr int64_t kGemmBlockLines = 128;
+// Blocks of rows that share one pass over the weights: their x and y for one block of the weights
+// (48 rows: 96 KiB each) stay in L2 with it; the weights are read from memory once per 48 rows.
+constexpr int64_t kGemmRowBlocks = 8;
 
 using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t);
 
@@ -129,21 +133,25 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   static constexpr auto table = gemm_table<P>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
   const CpuWeights& w = *a.w;
   const int64_t segs = w.segments(), ldy = w.tiles * kTileN;
+  const int64_t blocks = (a.m + a.rb - 1) / a.rb;
   for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
     const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
-    for (int64_t s0 = 0; s0 < segs;) {
-      int64_t s1 = s0 + 1;
-      while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
-      for (int64_t b = 0; b * a.rb < a.m; ++b) {
-        const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-        const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
-        const float* xs = a.xs + b * segs * 2 * a.rb;
-        for (int64_t t = tb; t < tb1; t += kGemmTiles) {
-          const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
-          table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy);
+    for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
+      const int64_t b1 = std::min(blocks, b0 + kGemmRowBlocks);
+      for (int64_t s0 = 0; s0 < segs;) {
+        int64_t s1 = s0 + 1;
+        while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+          const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
+          const float* xs = a.xs + b * segs * 2 * a.rb;
+          for (int64_t t = tb; t < tb1; t += kGemmTiles) {
+            const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
+            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy);
+          }
         }
+        s0 = s1;
       }
-      s0 = s1;
     }
   }
 }

@@ -135,7 +135,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
           for (int j = 0; j < 8; ++j) {
             const float xv = x[l * a.rb * 8 + j];
             for (int64_t c = 0; c < kTileN; ++c)
-              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - z[g * kTileN + c]);
+              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
           }
         for (int64_t c = 0; c < kTileN; ++c) out[c] += s[g * kTileN + c] * acc[c];
       }
