@@ -16,6 +16,7 @@ struct Avx2 {
   static constexpr int kXWords = 8;
   static constexpr float kScale = trick_scale(XForm::kF32);
   static constexpr bool kHasExact = true;
+  static constexpr int out_chains(int) { return 1; }  // the f32 trick cancels 256:1 (kernel_fused_impl.h)
   static constexpr int chains(int) { return 4; }  // 4 x 2 ymm per row: more would spill
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }

@@ -18,6 +18,7 @@ struct Avx512 {
   static constexpr int kXWords = 8;
   static constexpr float kScale = trick_scale(XForm::kF32);
   static constexpr bool kHasExact = true;
+  static constexpr int out_chains(int) { return 1; }  // the f32 trick cancels 256:1 (kernel_fused_impl.h)
   // 8 chains for one row (each of its 8 products per line in its own chain), then fewer per row
   // as the rows themselves give independent chains.
   static constexpr int chains(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows <= 7 ? 2 : 1; }

@@ -28,6 +28,9 @@ struct Avx512Bf16 {
   static constexpr int kXWords = 4 * P;
   static constexpr float kScale = trick_scale(XForm::kBf16);
   static constexpr bool kHasExact = false;
+  // Output chains per row (kernel_fused_impl.h; t = 128 + q loses little to them): as many as
+  // the 32 zmm leave beside the accumulators.
+  static constexpr int out_chains(int rows) { return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 6 ? 2 : 1; }
   // Each row makes 4 P products per line (8 P over the pair of lines the loop takes at once).
   static constexpr int chains(int rows) { return rows <= 2 ? 8 : rows <= 4 ? 4 : 2; }
   static V zero() { return _mm512_setzero_ps(); }

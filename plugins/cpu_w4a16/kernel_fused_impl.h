@@ -85,8 +85,18 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
   const float* s = w.tile_scales(t);
   const float* z = w.tile_zeros(t);
   constexpr int C = T::chains(MB);
-  V out[MB], acc[MB * C];
-  for (int m = 0; m < MB; ++m) out[m] = s0 == 0 ? T::zero() : T::load(y + m * ldy + t * kTileN);
+  // With T::out_chains(MB) > 1, a row has several output chains and each accumulator chain c
+  // goes into output chain c mod CO (out += S s acc_c), so a segment ends with independent
+  // multiply-adds instead of a tree of adds and two dependent ones; the corrections go into the
+  // first two output chains, and the chains are summed once at the end. The cancellation of S s acc against S s A then spans the layer instead of one
+  // segment, which costs ~log2(128 / 8) bits more of fp32 for the bf16 trick (t = 128 + q) and is
+  // why the f32 trick (a_j / (q / 16) = 256) does not do this.
+  constexpr int CO = T::out_chains(MB);
+  V out[MB * CO], acc[MB * C];
+  for (int m = 0; m < MB; ++m) {
+    out[m * CO] = s0 == 0 ? T::zero() : T::load(y + m * ldy + t * kTileN);
+    for (int c = 1; c < CO; ++c) out[m * CO + c] = T::zero();
+  }
   // The prefetch address walks this block's lines, then continues at `next`. Integers, not
   // pointers: it runs past the ends of arrays, which prefetching may but pointers may not.
   const uintptr_t end = uintptr_t(q + w.seg_line[size_t(s1)] * kTileN);
@@ -113,25 +123,40 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
       advance();
       line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
     }
+    const V sv = T::load(s + g * kTileN);
+    if constexpr (CO > 1 && !kExact) {
+      const V sS = T::mul(sv, T::set1(T::kScale));
+      const V sz = T::mul(sv, zv);
+      const float* xa = xs + sg * 2 * rb;  // A, then X
+      for (int m = 0; m < MB; ++m) {
+        for (int c = 0; c < C; ++c) out[m * CO + c % CO] = T::fmadd(sS, acc[m * C + c], out[m * CO + c % CO]);
+        out[m * CO] = T::fnmadd(sS, T::set1(xa[m]), out[m * CO]);
+        out[m * CO + 1] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO + 1]);
+      }
+      continue;
+    }
     // The chains of each row summed as a tree (depth log2 C, not C - 1 dependent adds).
     for (int m = 0; m < MB; ++m)
       for (int half = C / 2; half >= 1; half /= 2)
         for (int c = 0; c < half; ++c) acc[m * C + c] = T::add(acc[m * C + c], acc[m * C + c + half]);
-    const V sv = T::load(s + g * kTileN);
     if constexpr (kExact) {
-      for (int m = 0; m < MB; ++m) out[m] = T::fmadd(sv, acc[m * C], out[m]);
+      for (int m = 0; m < MB; ++m) out[m * CO] = T::fmadd(sv, acc[m * C], out[m * CO]);
     } else {
       const V sS = T::mul(sv, T::set1(T::kScale));
       const V sz = T::mul(sv, zv);
       const float* xa = xs + sg * 2 * rb;  // A, then X
       for (int m = 0; m < MB; ++m) {
         // S s (acc - A) first: acc and A are close, and their difference is the signal.
-        out[m] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m]);
-        out[m] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m]);
+        out[m * CO] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m * CO]);
+        out[m * CO] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO]);
       }
     }
   }
-  for (int m = 0; m < MB; ++m) T::store(y + m * ldy + t * kTileN, out[m]);
+  for (int m = 0; m < MB; ++m) {
+    for (int half = CO / 2; half >= 1; half /= 2)
+      for (int c = 0; c < half; ++c) out[m * CO + c] = T::add(out[m * CO + c], out[m * CO + c + half]);
+    T::store(y + m * ldy + t * kTileN, out[m * CO]);
+  }
 }
 
 template <class T, bool kExact>
