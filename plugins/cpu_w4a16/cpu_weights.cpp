@@ -102,13 +102,16 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   // Canonical rows past K inside the last word are zero (the canonical form guarantees it), and
   // the matching x entries are zero too, so padding contributes nothing.
 
-  cw.scales.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
+  cw.scale_type = s.scale_dtype == NIBBLE_DTYPE_F16 ? ScaleType::kF16 : s.scale_dtype == NIBBLE_DTYPE_BF16 ? ScaleType::kBf16 : ScaleType::kF32;
+  if (cw.scale_type == ScaleType::kF32) cw.scales.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
+  else cw.scales16.assign(size_t(cw.tiles * ng * kTileN), 0);
   const bool asym = s.weight_type == NIBBLE_WT_UINT4;
   if (asym) cw.zeros.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
   for (int64_t g = 0; g < ng; ++g)
     for (int64_t c = 0; c < N; ++c) {
       const size_t o = size_t(((c / kTileN) * ng + g) * kTileN + c % kTileN);
-      cw.scales[o] = float(load_float(w.scales, DType(s.scale_dtype), size_t(g * N + c)));
+      if (cw.scale_type == ScaleType::kF32) cw.scales[o] = float(load_float(w.scales, DType(s.scale_dtype), size_t(g * N + c)));
+      else cw.scales16[o] = static_cast<const uint16_t*>(w.scales)[g * N + c];  // the same bits
       if (asym) cw.zeros[o] = float(w.zeros[g * N + c]);
     }
   if (s.has_bias) {
@@ -118,9 +121,17 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   return cw;
 }
 
+float CpuWeights::scale(int64_t t, int64_t g, int64_t c) const {
+  const size_t o = size_t((t * groups + g) * kTileN + c);
+  switch (scale_type) {
+    case ScaleType::kF16: return f16_to_float(scales16[o]);
+    case ScaleType::kBf16: return bf16_to_float(scales16[o]);
+    default: return scales[o];
+  }
+}
+
 void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line1, float* dst) {
   const uint32_t* q = w.tile_codes(t);
-  const float* s = w.tile_scales(t);
   const float* z = w.tile_zeros(t);
   int64_t g = 0;
   for (int64_t l = line0; l < line1; ++l) {
@@ -128,7 +139,7 @@ void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line
     for (int j = 0; j < 8; ++j) {
       float* row = dst + ((l - line0) * 8 + j) * kTileN;
       for (int64_t c = 0; c < kTileN; ++c)
-        row[c] = s[g * kTileN + c] * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
+        row[c] = w.scale(t, g, c) * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
     }
   }
 }

@@ -28,6 +28,10 @@ struct CacheAligned {
   bool operator==(const CacheAligned<U>&) const noexcept { return true; }
 };
 
+/// How scales are stored: as the checkpoint gave them where that is 16-bit (f16 or bf16: half the
+/// bytes of f32 in the weight stream, converted in registers), else as f32.
+enum class ScaleType { kF32, kF16, kBf16 };
+
 /// The zero point of uint4b8 (symmetric) codes.
 constexpr float kSymmetricZero = 8.0f;
 
@@ -76,13 +80,21 @@ struct CpuWeights {
   std::vector<int32_t> row_src;     ///< [lines * 8] canonical row of each padded row, -1 = padding
   bool identity_rows = true;        ///< row_src[r] == r for r < K (no act order, no padding inside)
   std::vector<uint32_t, CacheAligned<uint32_t>> q;  ///< [tiles][lines][16], each line 64-byte aligned
-  std::vector<float> scales;        ///< [tiles][groups][16]
+  ScaleType scale_type = ScaleType::kF32;
+  std::vector<float> scales;        ///< [tiles][groups][16] for kF32, else empty
+  std::vector<uint16_t> scales16;   ///< [tiles][groups][16] for kF16 / kBf16, else empty
   std::vector<float> zeros;         ///< [tiles][groups][16]; empty for uint4b8 (zero point 8: not streamed)
   std::vector<float> bias;          ///< [N] or empty
 
   int64_t segments() const { return int64_t(seg_group.size()); }
   const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
-  const float* tile_scales(int64_t t) const { return scales.data() + t * groups * kTileN; }
+  /// The 16 scales of tile t in group g: f32, or 16-bit of scale_type.
+  const void* group_scales(int64_t t, int64_t g) const {
+    const int64_t o = (t * groups + g) * kTileN;
+    return scale_type == ScaleType::kF32 ? static_cast<const void*>(scales.data() + o) : scales16.data() + o;
+  }
+  /// Scale of column c (0..15) of tile t in group g.
+  float scale(int64_t t, int64_t g, int64_t c) const;
   /// Zero points of tile t, or nullptr where every zero point is kSymmetricZero.
   const float* tile_zeros(int64_t t) const { return zeros.empty() ? nullptr : zeros.data() + t * groups * kTileN; }
   /// Code of row j (0..7) in word `word` of a line.

@@ -21,6 +21,17 @@ struct Avx2 {
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }
   static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  // 16 scales as f32: f16 by F16C, bf16 by widening to 32 bits and shifting into the high half.
+  static __m256 scales8(const uint16_t* p, ScaleType st) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (st == ScaleType::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static V load_scales(const void* p, ScaleType st) {
+    if (st == ScaleType::kF32) return load(static_cast<const float*>(p));
+    const auto* h = static_cast<const uint16_t*>(p);
+    return {scales8(h, st), scales8(h + 8, st)};
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v.lo); _mm256_storeu_ps(p + 8, v.hi); }
   static W load_codes(const uint32_t* p) {
     return {_mm256_load_si256(reinterpret_cast<const __m256i*>(p)), _mm256_load_si256(reinterpret_cast<const __m256i*>(p + 8))};

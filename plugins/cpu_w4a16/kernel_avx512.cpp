@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "kernel_fused_impl.h"
+#include "scales_avx512.h"
 
 namespace nibble::cpu {
 
@@ -25,6 +26,7 @@ struct Avx512 {
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float f) { return _mm512_set1_ps(f); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_scales(const void* p, ScaleType st) { return load_scales_avx512(p, st); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static W load_codes(const uint32_t* p) {
     const __m512i w = _mm512_load_si512(p);

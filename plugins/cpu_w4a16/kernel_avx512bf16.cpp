@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "kernel_fused_impl.h"
+#include "scales_avx512.h"
 
 namespace nibble::cpu {
 
@@ -36,6 +37,7 @@ struct Avx512Bf16 {
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float f) { return _mm512_set1_ps(f); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_scales(const void* p, ScaleType st) { return load_scales_avx512(p, st); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static W load_codes(const uint32_t* p) { return _mm512_load_si512(p); }
   static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
@@ -98,7 +100,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
       }
     }
     for (int n = 0; n < NT; ++n) {
-      const __m512 sv = _mm512_loadu_ps(w.tile_scales(t + n) + g * kTileN);
+      const __m512 sv = load_scales_avx512(w.group_scales(t + n, g), w.scale_type);
       const float* z = w.tile_zeros(t + n);
       const __m512 sz = _mm512_mul_ps(sv, z ? _mm512_loadu_ps(z + g * kTileN) : _mm512_set1_ps(kSymmetricZero));
       for (int m = 0; m < MB; ++m) {

@@ -82,7 +82,6 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
   using V = typename T::V;
   using Steps = std::make_integer_sequence<int, T::kSteps>;
   const uint32_t* q = w.tile_codes(t);
-  const float* s = w.tile_scales(t);
   const float* z = w.tile_zeros(t);
   constexpr int C = T::chains(MB);
   // With T::out_chains(MB) > 1, a row has several output chains and each accumulator chain c
@@ -123,7 +122,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
       advance();
       line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
     }
-    const V sv = T::load(s + g * kTileN);
+    const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
     if constexpr (CO > 1 && !kExact) {
       const V sS = T::mul(sv, T::set1(T::kScale));
       const V sz = T::mul(sv, zv);

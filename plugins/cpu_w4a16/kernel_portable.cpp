@@ -124,7 +124,6 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
   const int64_t ldy = w.tiles * kTileN;
   for (int64_t t = t0; t < t1; ++t) {
     const uint32_t* q = w.tile_codes(t);
-    const float* s = w.tile_scales(t);
     const float* z = w.tile_zeros(t);
     for (int64_t r = 0; r < a.m; ++r) {
       float out[kTileN] = {0}, acc[kTileN];
@@ -137,7 +136,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
             for (int64_t c = 0; c < kTileN; ++c)
               acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
           }
-        for (int64_t c = 0; c < kTileN; ++c) out[c] += s[g * kTileN + c] * acc[c];
+        for (int64_t c = 0; c < kTileN; ++c) out[c] += w.scale(t, g, c) * acc[c];
       }
       std::memcpy(a.y + r * ldy + t * kTileN, out, sizeof out);
     }
@@ -166,8 +165,9 @@ IsaChoice fused_kernel_named(const char* name, int32_t act_dtype) {
     return {nullptr, "this CPU lacks AVX-512 F/BW/VL/DQ", 0};
   }
   if (n == "avx2") {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return {fused_avx2, "avx2", 3};
-    return {nullptr, "this CPU lacks AVX2 and FMA", 0};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return {fused_avx2, "avx2", 3};
+    return {nullptr, "this CPU lacks AVX2, FMA or F16C", 0};
   }
   if (n == "portable") return {fused_portable, "portable", 1};
   return {nullptr, "unknown kernel (expected avx512bf16, avx512, avx2 or portable)", 0};
