@@ -66,9 +66,10 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
   (step<T, MB, kExact, H, J>(code, zv, xl, acc), ...);
 }
 
-// Lines the software prefetch runs ahead of the loads (4 KiB; measured: 8, 32, 64, 128 and 192
-// lines, docs/benchmarks.md).
-constexpr int64_t kPrefetchLines = 64;
+// Lines the software prefetch runs ahead of the loads: 128 (8 KiB). Measured on the Zen 5 in its
+// high bandwidth state (M = 1, 3 shapes, interleaved runs): 64 lines 62-67 GB/s, 128 lines 72-75,
+// 256 lines 68-76; on the Skylake VM 64 was best (docs/benchmarks.md).
+constexpr int64_t kPrefetchLines = 128;
 // Bytes of x one K block may use: x stays in L2 while the block's lines of every tile stream
 // past it (16 KiB for L1 measured slower on a Zen 5: runs of 32 KiB per tile; docs/benchmarks.md).
 constexpr int64_t kXBlockBytes = 256 << 10;
