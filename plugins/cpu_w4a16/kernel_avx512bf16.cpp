@@ -108,7 +108,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
         __m512 out = sg == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yp);
         // S = 1: y += s (acc - A) - s z X (kernel_fused_impl.h).
         out = _mm512_fmadd_ps(sv, _mm512_sub_ps(acc[m][n], _mm512_set1_ps(xs[sg * 2 * rb + m])), out);
-        out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xs[(sg * 2 + 1) * rb + m]), out);
+        if (z) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xs[(sg * 2 + 1) * rb + m]), out);  // else folded into A
         _mm512_storeu_ps(yp, out);
       }
     }

@@ -131,7 +131,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
       for (int m = 0; m < MB; ++m) {
         for (int c = 0; c < C; ++c) out[m * CO + c % CO] = T::fmadd(sS, acc[m * C + c], out[m * CO + c % CO]);
         out[m * CO] = T::fnmadd(sS, T::set1(xa[m]), out[m * CO]);
-        out[m * CO + 1] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO + 1]);
+        if (z) out[m * CO + 1] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO + 1]);  // else folded into A
       }
       continue;
     }
@@ -148,7 +148,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
       for (int m = 0; m < MB; ++m) {
         // S s (acc - A) first: acc and A are close, and their difference is the signal.
         out[m * CO] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m * CO]);
-        out[m * CO] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO]);
+        if (z) out[m * CO] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO]);  // else folded into A
       }
     }
   }

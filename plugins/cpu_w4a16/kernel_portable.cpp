@@ -107,11 +107,14 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_
           for (int j = 0; j < 8; ++j) lane[j] += v[j];
           put_line(v, f, dst + l * rb * xw);
         }
-        double offset_sum = 0, sum = 0;
+        double offset_sum = 0, sum = 0;  // A and X of kernels.h
         for (int j = 0; j < 8; ++j) {
           offset_sum += double(trick_offset(f, j)) * lane[j];
           sum += lane[j];
         }
+        // Symmetric weights: the zero point's term folded into A (A + z / S X), so that the
+        // kernels subtract one sum per segment instead of two.
+        if (!w.tile_zeros(0)) offset_sum += double(kSymmetricZero / trick_scale(f)) * sum;
         sums[(sg * 2) * rb] = float(offset_sum);
         sums[(sg * 2 + 1) * rb] = float(sum);
       }

@@ -36,8 +36,10 @@ constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f 
 ///       for padding rows and for rows past m in the last block); per line and row, 8 f32 (kF32),
 ///       or 4 u32 bf16 pairs (x_2p in the low half, x_2p+1 in the high half; kBf16), or the 4
 ///       pairs of the hi parts then the 4 of the lo parts (kBf16x2)
-///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, sum of a_j x (trick_offset)
-///       and plain sum of x over its rows (the corrections of the trick and of the zero point)
+///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, A = sum of a_j x
+///       (trick_offset) and X = plain sum of x over its rows (the corrections of the trick and of
+///       the zero point); for symmetric weights (CpuWeights::tile_zeros null) A also holds the
+///       zero point's term, A + (8 / S) X, and the kernels leave X alone
 ///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {
   const CpuWeights* w;
