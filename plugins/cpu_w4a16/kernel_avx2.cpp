@@ -7,16 +7,10 @@ namespace nibble::cpu {
 
 namespace {
 
-struct Avx2 {
+struct Avx2 : fused::F32Form {
   struct V { __m256 lo, hi; };
   struct W { __m256i lo, hi; };
   static constexpr int kMaxRows = 3;  // 16 ymm registers: 3 rows x (acc + out) x 2 halves + temporaries
-  static constexpr int kSteps = 8;   // one operand per row of the line
-  static constexpr int kParts = 1;   // x in f32
-  static constexpr int kXWords = 8;
-  static constexpr float kScale = trick_scale(XForm::kF32);
-  static constexpr bool kHasExact = true;
-  static constexpr int out_chains(int) { return 1; }  // the f32 trick cancels 256:1 (kernel_fused_impl.h)
   static constexpr int chains(int) { return 4; }  // 4 x 2 ymm per row: more would spill
   static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static V set1(float f) { const __m256 v = _mm256_set1_ps(f); return {v, v}; }

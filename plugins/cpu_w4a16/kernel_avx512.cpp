@@ -8,18 +8,12 @@ namespace nibble::cpu {
 
 namespace {
 
-struct Avx512 {
+struct Avx512 : fused::F32Form {
   using V = __m512;
   // A line's codes, and the four rotations of it that bring the pairs of rows (2p, 2p + 1) to
   // bits 15..18 and 19..22 (rotate left by 15 - 8p): the windows of the trick (kernels.h).
   struct W { __m512i raw, rot[4]; };
   static constexpr int kMaxRows = 8;  // 8 accumulators + 8 outputs + codes + temporaries fit 32 zmm
-  static constexpr int kSteps = 8;   // one operand per row of the line
-  static constexpr int kParts = 1;   // x in f32
-  static constexpr int kXWords = 8;
-  static constexpr float kScale = trick_scale(XForm::kF32);
-  static constexpr bool kHasExact = true;
-  static constexpr int out_chains(int) { return 1; }  // the f32 trick cancels 256:1 (kernel_fused_impl.h)
   // 8 chains for one row (each of its 8 products per line in its own chain), then fewer per row
   // as the rows themselves give independent chains.
   static constexpr int chains(int rows) { return rows == 1 ? 8 : rows <= 3 ? 4 : rows <= 7 ? 2 : 1; }

@@ -28,6 +28,18 @@
 
 namespace nibble::cpu::fused {
 
+// What the f32 kernels (AVX-512, AVX2) share in their traits: x in f32, one operand per row of a
+// line (t = a_j + q / 16, kernels.h), an exact form for f32 activations, and one output chain per
+// row, since the f32 trick cancels 256:1 and needs its subtraction per segment (row_block).
+struct F32Form {
+  static constexpr int kSteps = 8;
+  static constexpr int kParts = 1;
+  static constexpr int kXWords = x_words(XForm::kF32);
+  static constexpr float kScale = trick_scale(XForm::kF32);
+  static constexpr bool kHasExact = true;
+  static constexpr int out_chains(int) { return 1; }
+};
+
 // A 32-bit word of xp as the f32 it holds (the compilers fold this into a broadcast load).
 inline float as_float(const uint32_t* p) {
   float f;

@@ -179,7 +179,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
       const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
       // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
-      // call, and each chunk is still long contiguous streams (whole groups of 4 for the GEMM form).
+      // call, and each chunk is still long contiguous streams.
       int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
       if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
