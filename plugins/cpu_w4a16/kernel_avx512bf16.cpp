@@ -68,17 +68,20 @@ struct Avx512Bf16 {
 // stay in y between segments. The weights of a group of tiles are walked in K blocks of
 // kGemmBlockLines lines (256 KiB for 4 tiles), once per block of rows: they come from memory for
 // the first block of rows and from L2 for the others.
-template <int P, int MB, int NT>
+template <int P, int MB, int NT, bool kAsym>
 void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
                 float* y, int64_t ldy) {
   const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
   const uint32_t* q = w.tile_codes(t);
   const int64_t tile_words = w.lines * kTileN;
   for (int64_t sg = s0; sg < s1; ++sg) {
-    const int64_t g = w.seg_group[size_t(sg)];
+    const float* xa = xs + sg * 2 * rb;  // A, then X
+    // The accumulators start at -A: the segment's end is then one multiply-add per accumulator.
     __m512 acc[MB][NT];
+#pragma GCC unroll 6
     for (int m = 0; m < MB; ++m)
-      for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_set1_ps(-xa[m]);
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
       const uint32_t* xl = xp + l * rb * 4 * P;
@@ -99,16 +102,19 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
           }
       }
     }
+    // The segment's end, branch-free (y was zeroed before the first segment; kAsym is a
+    // template parameter): S = 1, y += s (acc - A) - s z X (kernel_fused_impl.h).
+    const int64_t g = w.seg_group[size_t(sg)];
+#pragma GCC unroll 4
     for (int n = 0; n < NT; ++n) {
       const __m512 sv = load_scales_avx512(w.group_scales(t + n, g), w.scale_type);
-      const float* z = w.tile_zeros(t + n);
-      const __m512 sz = _mm512_mul_ps(sv, z ? _mm512_loadu_ps(z + g * kTileN) : _mm512_set1_ps(kSymmetricZero));
+      __m512 sz;
+      if constexpr (kAsym) sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
+#pragma GCC unroll 6
       for (int m = 0; m < MB; ++m) {
         float* yp = y + m * ldy + (t + n) * kTileN;
-        __m512 out = sg == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yp);
-        // S = 1: y += s (acc - A) - s z X (kernel_fused_impl.h).
-        out = _mm512_fmadd_ps(sv, _mm512_sub_ps(acc[m][n], _mm512_set1_ps(xs[sg * 2 * rb + m])), out);
-        if (z) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xs[(sg * 2 + 1) * rb + m]), out);  // else folded into A
+        __m512 out = _mm512_fmadd_ps(sv, acc[m][n], _mm512_loadu_ps(yp));
+        if constexpr (kAsym) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb + m]), out);  // else folded into A
         _mm512_storeu_ps(yp, out);
       }
     }
@@ -127,18 +133,20 @@ constexpr int64_t kGemmRowBlocks = 8;
 
 using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t);
 
-template <int P, int... I>
+template <int P, bool kAsym, int... I>
 constexpr auto gemm_table(std::integer_sequence<int, I...>) {
   // Entry (MB - 1) * kGemmTiles + (NT - 1).
-  return std::array<GemmBlock, sizeof...(I)>{&gemm_block<P, I / kGemmTiles + 1, I % kGemmTiles + 1>...};
+  return std::array<GemmBlock, sizeof...(I)>{&gemm_block<P, I / kGemmTiles + 1, I % kGemmTiles + 1, kAsym>...};
 }
 
-template <int P>
+template <int P, bool kAsym>
 void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
-  static constexpr auto table = gemm_table<P>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
+  static constexpr auto table = gemm_table<P, kAsym>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
   const CpuWeights& w = *a.w;
   const int64_t segs = w.segments(), ldy = w.tiles * kTileN;
   const int64_t blocks = (a.m + a.rb - 1) / a.rb;
+  // The blocks add every segment's terms into y: it starts at zero.
+  for (int64_t r = 0; r < a.m; ++r) std::fill(a.y + r * ldy + t0 * kTileN, a.y + r * ldy + t1 * kTileN, 0.0f);
   for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
     const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
     for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
@@ -169,8 +177,9 @@ void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
 }
 
 void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
-  if (a.xform == XForm::kBf16x2) gemm<2>(a, t0, t1);
-  else gemm<1>(a, t0, t1);
+  const bool asym = a.w->tile_zeros(0) != nullptr;
+  if (a.xform == XForm::kBf16x2) asym ? gemm<2, true>(a, t0, t1) : gemm<2, false>(a, t0, t1);
+  else asym ? gemm<1, true>(a, t0, t1) : gemm<1, false>(a, t0, t1);
 }
 
 }  // namespace nibble::cpu
