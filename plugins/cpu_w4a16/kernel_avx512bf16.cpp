@@ -102,22 +102,26 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
           }
       }
     }
-    // The segment's end, branch-free (y was zeroed before the first segment; kAsym is a
-    // template parameter): S = 1, y += s (acc - A) - s z X (kernel_fused_impl.h).
+    // The segment's end (kAsym is a template parameter): S = 1, y += s (acc - A) - s z X
+    // (kernel_fused_impl.h), or y = for the layer's first segment.
     const int64_t g = w.seg_group[size_t(sg)];
+    const auto end = [&]<bool kFirst>() {
 #pragma GCC unroll 4
-    for (int n = 0; n < NT; ++n) {
-      const __m512 sv = load_scales_avx512(w.group_scales(t + n, g), w.scale_type);
-      __m512 sz;
-      if constexpr (kAsym) sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
+      for (int n = 0; n < NT; ++n) {
+        const __m512 sv = load_scales_avx512(w.group_scales(t + n, g), w.scale_type);
+        __m512 sz;
+        if constexpr (kAsym) sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
 #pragma GCC unroll 6
-      for (int m = 0; m < MB; ++m) {
-        float* yp = y + m * ldy + (t + n) * kTileN;
-        __m512 out = _mm512_fmadd_ps(sv, acc[m][n], _mm512_loadu_ps(yp));
-        if constexpr (kAsym) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb + m]), out);  // else folded into A
-        _mm512_storeu_ps(yp, out);
+        for (int m = 0; m < MB; ++m) {
+          float* yp = y + m * ldy + (t + n) * kTileN;
+          __m512 out = kFirst ? _mm512_mul_ps(sv, acc[m][n]) : _mm512_fmadd_ps(sv, acc[m][n], _mm512_loadu_ps(yp));
+          if constexpr (kAsym) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb + m]), out);  // else folded into A
+          _mm512_storeu_ps(yp, out);
+        }
       }
-    }
+    };
+    if (sg == 0) end.template operator()<true>();
+    else end.template operator()<false>();
   }
 }
 
@@ -145,8 +149,6 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
   const int64_t segs = w.segments(), ldy = w.tiles * kTileN;
   const int64_t blocks = (a.m + a.rb - 1) / a.rb;
-  // The blocks add every segment's terms into y: it starts at zero.
-  for (int64_t r = 0; r < a.m; ++r) std::fill(a.y + r * ldy + t0 * kTileN, a.y + r * ldy + t1 * kTileN, 0.0f);
   for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
     const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
     for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
