@@ -147,7 +147,7 @@ template <int P, bool kAsym>
 void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   static constexpr auto table = gemm_table<P, kAsym>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
   const CpuWeights& w = *a.w;
-  const int64_t segs = w.segments(), ldy = w.tiles * kTileN;
+  const int64_t segs = w.segments(), ldy = a.ldy;
   const int64_t blocks = (a.m + a.rb - 1) / a.rb;
   for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
     const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);

@@ -174,7 +174,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
 template <class T, bool kExact>
 void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t block, int64_t mb, const uint32_t* next) {
   const CpuWeights& w = *a.w;
-  const int64_t ldy = w.tiles * kTileN;
+  const int64_t ldy = a.ldy;
   const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + block * w.lines * a.rb * T::kXWords;
   const float* xs = a.xs + block * w.segments() * 2 * a.rb;
   float* y = a.y + block * a.rb * ldy;
@@ -196,7 +196,7 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   const int64_t segs = w.segments();
   // One block of rows: K blocks sized for L1. Several blocks of rows (m > rb): the whole of K at
   // once, tile after tile, as the K blocks would make every block of rows reload and store its
-  // outputs, and rows of y lie a multiple of 4 KiB apart (the same L1 set) on most layers.
+  // outputs.
   const int64_t max_lines = a.m > a.rb ? w.lines : std::max<int64_t>(kSegmentLines, kXBlockBytes / (a.rb * T::kXWords * int64_t(sizeof(float))));
   for (int64_t s0 = 0; s0 < segs;) {
     int64_t s1 = s0 + 1;

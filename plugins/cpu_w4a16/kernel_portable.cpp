@@ -124,7 +124,7 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_
 
 void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
-  const int64_t ldy = w.tiles * kTileN;
+  const int64_t ldy = a.ldy;
   for (int64_t t = t0; t < t1; ++t) {
     const uint32_t* q = w.tile_codes(t);
     const float* z = w.tile_zeros(t);

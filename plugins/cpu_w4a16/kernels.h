@@ -40,7 +40,7 @@ constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f 
 ///       (trick_offset) and X = plain sum of x over its rows (the corrections of the trick and of
 ///       the zero point); for symmetric weights (CpuWeights::tile_zeros null) A also holds the
 ///       zero point's term, A + (8 / S) X, and the kernels leave X alone
-///   y   f32 [m][tiles * 16]: the output, written (not accumulated) for tiles [t0, t1)
+///   y   f32 [m][ldy]: the output, written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {
   const CpuWeights* w;
   const float* xp;
@@ -48,9 +48,15 @@ struct FusedArgs {
   int64_t m;
   int64_t rb;  ///< rows per block (IsaChoice::rows)
   float* y;
+  int64_t ldy;  ///< row stride of y in floats: fused_y_stride
   bool exact;  ///< f32 activations: form (q - z) exactly instead of the trick
   XForm xform;
 };
+
+/// The row stride of the kernels' y: the tiles' 64-byte lines, an odd number of them, so that
+/// rows of y fall in different cache sets (an even stride such as 32 KiB puts the rows of y that
+/// one block of the GEMM form keeps in L2 into one set of the L2 and of the L1).
+inline int64_t fused_y_stride(const CpuWeights& w) { return (w.tiles | 1) * kTileN; }
 
 /// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in form `f`.
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs);

@@ -165,7 +165,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const bool gemm = !large && p.kernel.gemm && m >= p.kernel.gemm_min_m;
     // Rows per block of x: the kernel's register blocking, or m if smaller (no padded rows in x).
     const int64_t rb = large ? 1 : gemm ? p.kernel.gemm_rows : std::min(p.kernel.rows, m), blocks = (m + rb - 1) / rb;
-    const int64_t ldy = large ? p.onednn->y_stride() : w.tiles * kTileN;
+    const int64_t ldy = large ? p.onednn->y_stride() : fused_y_stride(w);
     sc.xp.resize(size_t(blocks * w.lines * rb * 8));
     sc.xs.resize(size_t(blocks * w.segments() * 2 * rb));
     sc.y.resize(size_t(m * ldy));
@@ -175,7 +175,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (large) {
       p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
     } else {
-      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
+      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
       const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
       const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
       // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
