@@ -53,72 +53,91 @@ inline void put_line(const float* v, XForm f, float* slot) {
   std::memcpy(slot, words, size_t(x_words(f)) * sizeof(uint32_t));
 }
 
-// Row r of x [m, k] of `dt` as f32 (one loop per dtype, so that the compiler vectorizes it).
-void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, float* out) {
+// Elements [i0, i1) of row r of x [m, k] of `dt` as f32, into out[i0, i1) (one loop per dtype,
+// so that the compiler vectorizes it).
+void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, int64_t i0, int64_t i1, float* out) {
   const size_t o = size_t(r * k);
   switch (dt) {
     case DType::bf16: {
       const uint16_t* p = static_cast<const uint16_t*>(x) + o;
-      for (int64_t i = 0; i < k; ++i) out[i] = bf16_to_float(p[i]);
+      for (int64_t i = i0; i < i1; ++i) out[i] = bf16_to_float(p[i]);
       break;
     }
     case DType::f16: {
       const uint16_t* p = static_cast<const uint16_t*>(x) + o;
-      for (int64_t i = 0; i < k; ++i) out[i] = f16_to_float(p[i]);
+      for (int64_t i = i0; i < i1; ++i) out[i] = f16_to_float(p[i]);
       break;
     }
-    case DType::f32: std::memcpy(out, static_cast<const float*>(x) + o, size_t(k) * sizeof(float)); break;
+    case DType::f32: std::memcpy(out + i0, static_cast<const float*>(x) + o + i0, size_t(i1 - i0) * sizeof(float)); break;
     default:
-      for (int64_t i = 0; i < k; ++i) out[i] = float(load_float(x, dt, o + size_t(i)));
+      for (int64_t i = i0; i < i1; ++i) out[i] = float(load_float(x, dt, o + size_t(i)));
+  }
+}
+
+// Segments [s0, s1) of row r: its lines' slots of xp and its A and X of xs. `row` holds x's row
+// r as f32 wherever these segments read it (row_src, or lines * 8 positions with zeros past K).
+void gather_segments(const CpuWeights& w, XForm f, int64_t r, int64_t rb, const float* row, int64_t s0, int64_t s1,
+                     float* xp, float* xs) {
+  const int64_t segs = w.segments(), xw = x_words(f);
+  float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;  // line l's slot at dst + l * rb * xw
+  float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    // Sums per row j of the line in 8 independent lanes (so the additions do not wait for each
+    // other), combined in double: the kernel subtracts them from its fp32 sums.
+    float lane[8] = {};
+    for (int64_t l = w.seg_line[size_t(sg)]; l < w.seg_line[size_t(sg + 1)]; ++l) {
+      const float* v = row + l * 8;
+      float gathered[8];
+      if (!w.identity_rows) {  // act order or padded groups: rows through row_src
+        const int32_t* src = w.row_src.data() + l * 8;
+        for (int j = 0; j < 8; ++j) gathered[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
+        v = gathered;
+      }
+      for (int j = 0; j < 8; ++j) lane[j] += v[j];
+      put_line(v, f, dst + l * rb * xw);
+    }
+    double offset_sum = 0, sum = 0;  // A and X of kernels.h
+    for (int j = 0; j < 8; ++j) {
+      offset_sum += double(trick_offset(f, j)) * lane[j];
+      sum += lane[j];
+    }
+    // Symmetric weights: the zero point's term folded into A (A + z / S X), so that the
+    // kernels subtract one sum per segment instead of two.
+    if (!w.tile_zeros(0)) offset_sum += double(kSymmetricZero / trick_scale(f)) * sum;
+    sums[(sg * 2) * rb] = float(offset_sum);
+    sums[(sg * 2 + 1) * rb] = float(sum);
   }
 }
 }  // namespace
 
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs) {
   const DType dt = DType(dtype);
-  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments(), xw = x_words(f);
-  // Every row below m writes all of its slots; only the rows of the last block past m are zeroed.
-  for (int64_t r = m; r < blocks * rb; ++r) {
-    float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;
-    for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * xw, dst + l * rb * xw + xw, 0.0f);
-    for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
-  }
-  const int threads = m > 1 ? int(std::min<int64_t>(num_threads(), m)) : 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    std::vector<float> row(size_t(w.lines * 8), 0.0f);  // zero past K (identity rows read it directly)
+  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments(), xw = x_words(f), pad_rows = blocks * rb - m;
+  // Units of work: a part of a row's segments each (a row splits into one part per thread when
+  // there are fewer rows than threads, so that M = 1 is gathered by the whole team; rows through
+  // row_src read all of x's row and stay whole), then one unit per padding row of the last block.
+  const int team = omp_get_num_threads();
+  const int64_t parts = m < team && w.identity_rows ? std::min<int64_t>(team, segs) : 1;
+  thread_local std::vector<float> t_row;
+  if (t_row.size() < size_t(w.lines * 8)) t_row.resize(size_t(w.lines * 8));
+  float* row = t_row.data();
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < m; ++r) {
-      row_to_f32(x, dt, r, w.k, row.data());
-      float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;  // line l's slot at dst + l * rb * xw
-      float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
-      for (int64_t sg = 0; sg < segs; ++sg) {
-        // Sums per row j of the line in 8 independent lanes (so the additions do not wait for each
-        // other), combined in double: the kernel subtracts them from its fp32 sums.
-        float lane[8] = {};
-        for (int64_t l = w.seg_line[size_t(sg)]; l < w.seg_line[size_t(sg + 1)]; ++l) {
-          const float* v = row.data() + l * 8;
-          float gathered[8];
-          if (!w.identity_rows) {  // act order or padded groups: rows through row_src
-            const int32_t* src = w.row_src.data() + l * 8;
-            for (int j = 0; j < 8; ++j) gathered[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
-            v = gathered;
-          }
-          for (int j = 0; j < 8; ++j) lane[j] += v[j];
-          put_line(v, f, dst + l * rb * xw);
-        }
-        double offset_sum = 0, sum = 0;  // A and X of kernels.h
-        for (int j = 0; j < 8; ++j) {
-          offset_sum += double(trick_offset(f, j)) * lane[j];
-          sum += lane[j];
-        }
-        // Symmetric weights: the zero point's term folded into A (A + z / S X), so that the
-        // kernels subtract one sum per segment instead of two.
-        if (!w.tile_zeros(0)) offset_sum += double(kSymmetricZero / trick_scale(f)) * sum;
-        sums[(sg * 2) * rb] = float(offset_sum);
-        sums[(sg * 2 + 1) * rb] = float(sum);
-      }
+  for (int64_t u = 0; u < m * parts + pad_rows; ++u) {
+    if (u >= m * parts) {  // padding: every slot and sum 0
+      const int64_t r = m + (u - m * parts);
+      float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;
+      for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * xw, dst + l * rb * xw + xw, 0.0f);
+      for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
+      continue;
     }
+    const int64_t r = u / parts, part = u % parts;
+    const int64_t s0 = segs * part / parts, s1 = segs * (part + 1) / parts;
+    // The positions of x this part reads: its lines' (identity rows, zero past K), else all of K.
+    const int64_t i0 = w.identity_rows ? w.seg_line[size_t(s0)] * 8 : 0;
+    const int64_t i1 = w.identity_rows ? w.seg_line[size_t(s1)] * 8 : w.k;
+    row_to_f32(x, dt, r, w.k, std::min(i0, w.k), std::min(i1, w.k), row);
+    if (i1 > w.k) std::fill(row + std::max(i0, w.k), row + i1, 0.0f);
+    gather_segments(w, f, r, rb, row, s0, s1, xp, xs);
   }
 }
 

@@ -58,7 +58,9 @@ struct FusedArgs {
 /// one block of the GEMM form keeps in L2 into one set of the L2 and of the L1).
 inline int64_t fused_y_stride(const CpuWeights& w) { return (w.tiles | 1) * kTileN; }
 
-/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in form `f`.
+/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in form `f`. Called by every thread of
+/// an OpenMP team, which share the work (an `omp for`, ending in the team's barrier), or outside a
+/// parallel region by one thread.
 void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs);
 
 /// Computes tiles [t0, t1) of y for all m rows. One function per ISA (each in its own file,

@@ -114,34 +114,32 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-// y [m, N] of `dt` = the kernels' f32 rows (stride ldy) + bias; one loop per dtype, rows in
-// parallel when there are many.
-void store_y(const CpuWeights& w, const float* src, int64_t ldy, DType dt, int64_t m, void* y) {
+// Columns [c0, c1) of y [m, N] of `dt` = the kernels' f32 rows (stride ldy) + bias; one loop per
+// dtype.
+void store_y(const CpuWeights& w, const float* src, int64_t ldy, DType dt, int64_t m, void* y, int64_t c0, int64_t c1) {
   const int64_t n = w.n;
   const float* bias = w.bias.empty() ? nullptr : w.bias.data();
-  const int threads = m * n >= (int64_t(1) << 16) ? int(std::min<int64_t>(num_threads(), m)) : 1;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < m; ++r) {
     const float* in = src + r * ldy;
     const auto value = [&](int64_t c) { return in[c] + (bias ? bias[c] : 0.0f); };
     switch (dt) {
       case DType::bf16: {
         uint16_t* out = static_cast<uint16_t*>(y) + r * n;
-        for (int64_t c = 0; c < n; ++c) out[c] = float_to_bf16(value(c));
+        for (int64_t c = c0; c < c1; ++c) out[c] = float_to_bf16(value(c));
         break;
       }
       case DType::f16: {
         uint16_t* out = static_cast<uint16_t*>(y) + r * n;
-        for (int64_t c = 0; c < n; ++c) out[c] = float_to_f16(value(c));
+        for (int64_t c = c0; c < c1; ++c) out[c] = float_to_f16(value(c));
         break;
       }
       case DType::f32: {
         float* out = static_cast<float*>(y) + r * n;
-        for (int64_t c = 0; c < n; ++c) out[c] = value(c);
+        for (int64_t c = c0; c < c1; ++c) out[c] = value(c);
         break;
       }
       default:
-        for (int64_t c = 0; c < n; ++c) store_float(y, dt, size_t(r * n + c), value(c));
+        for (int64_t c = c0; c < c1; ++c) store_float(y, dt, size_t(r * n + c), value(c));
     }
   }
 }
@@ -171,21 +169,34 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     sc.y.resize(size_t(m * ldy));
     // The oneDNN path reads x as f32 rows.
     const XForm xform = large ? XForm::kF32 : p.kernel.xform;
-    gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
+    const DType dt = DType(p.spec.act_dtype);
+    const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
     if (large) {
+#pragma omp parallel num_threads(threads)
+      gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
       p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
-    } else {
-      const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
-      const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
-      const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
-      // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
-      // call, and each chunk is still long contiguous streams.
-      int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
-      if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-      for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) kernel(args, t0, std::min(w.tiles, t0 + chunk));
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (int64_t c0 = 0; c0 < w.n; c0 += 1024) store_y(w, sc.y.data(), ldy, dt, m, y->data, c0, std::min(w.n, c0 + 1024));
+      return NIBBLE_OK;
     }
-    store_y(w, sc.y.data(), ldy, DType(p.spec.act_dtype), m, y->data);
+    const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
+    const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
+    // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
+    // call, and each chunk is still long contiguous streams.
+    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
+    if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
+    // One parallel region per call: the team gathers x, then each chunk's thread computes its
+    // tiles and stores their columns of y.
+#pragma omp parallel num_threads(threads)
+    {
+      gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) {
+        const int64_t t1 = std::min(w.tiles, t0 + chunk);
+        kernel(args, t0, t1);
+        store_y(w, sc.y.data(), ldy, dt, m, y->data, t0 * kTileN, std::min(w.n, t1 * kTileN));
+      }
+    }
     return NIBBLE_OK;
   });
 }
