@@ -70,7 +70,7 @@ struct Avx512Bf16 {
 // the first block of rows and from L2 for the others.
 template <int P, int MB, int NT, bool kAsym>
 void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
-                float* y, int64_t ldy) {
+                float* y, int64_t ldy, int64_t pf) {
   const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
   const uint32_t* q = w.tile_codes(t);
   const int64_t tile_words = w.lines * kTileN;
@@ -86,6 +86,8 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
     for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
       const uint32_t* xl = xp + l * rb * 4 * P;
       const uint32_t* ql = q + l * kTileN;
+#pragma GCC unroll 4
+      for (int n = 0; n < NT; ++n) _mm_prefetch(reinterpret_cast<const char*>(ql + n * tile_words + pf), _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         __m512i tv[NT];
@@ -134,8 +136,13 @@ constexpr int64_t kGemmBlockLines = 128;
 // Blocks of rows that share one pass over the weights: their x and y for one block of the weights
 // (48 rows: 96 KiB each) stay in L2 with it; the weights are read from memory once per 48 rows.
 constexpr int64_t kGemmRowBlocks = 8;
+// The first block of rows of a pass reads the weights from memory: it prefetches each tile 64
+// lines ahead (into the next K block at the end of one), the others (reading from L2) prefetch
+// their own line. Measured at M = 32-256: +2-8%, most on 28672x8192; 128 lines the same within
+// the noise (docs/benchmarks.md).
+constexpr int64_t kGemmPrefetchLines = 64;
 
-using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t);
+using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t, int64_t);
 
 template <int P, bool kAsym, int... I>
 constexpr auto gemm_table(std::integer_sequence<int, I...>) {
@@ -162,7 +169,7 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
           const float* xs = a.xs + b * segs * 2 * a.rb;
           for (int64_t t = tb; t < tb1; t += kGemmTiles) {
             const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
-            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy);
+            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy, b == b0 ? kGemmPrefetchLines * kTileN : 0);
           }
         }
         s0 = s1;
