@@ -181,16 +181,19 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     }
     const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
     const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
-    // Chunks of tiles handed out dynamically: a thread that the OS delays does not hold up the
-    // call, and each chunk is still long contiguous streams.
-    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 8));
+    // Chunks of tiles handed out as the threads ask (guided: the first about half of what is
+    // left per thread, then smaller): long contiguous streams first, and at the end small pieces,
+    // so that a thread the OS delays does not hold up the call and neither thread streams alone
+    // for long (M = 1, low bandwidth state: 92-98% -> 94-102% of the reading against dynamic
+    // chunks of 1/16 of the layer; smaller dynamic chunks were slower).
+    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
     if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
     // One parallel region per call: the team gathers x, then each chunk's thread computes its
     // tiles and stores their columns of y.
 #pragma omp parallel num_threads(threads)
     {
       gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
-#pragma omp for schedule(dynamic, 1) nowait
+#pragma omp for schedule(guided, 1) nowait
       for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) {
         const int64_t t1 = std::min(w.tiles, t0 + chunk);
         kernel(args, t0, t1);
