@@ -9,7 +9,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu_weights.h"
@@ -80,7 +82,37 @@ int64_t onednn_min_m(const OnednnPath& path) {
   return path.bf16() && amx ? kBf16OnednnMinM : INT64_MAX;
 }
 
+// The environment's knobs (kernels.h, onednn_min_m above, num_threads): one that is set but not
+// understood (a typo, a word where a number goes) would otherwise run something other than what
+// was asked for without a word. Returns why, or an empty string.
+std::string env_knob_error() {
+  const auto positive = [](const char* v) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    return end != v && !*end && n > 0;
+  };
+  const auto one_of = [](const char* v, std::initializer_list<const char*> words) {
+    for (const char* w : words)
+      if (std::strcmp(v, w) == 0) return true;
+    return false;
+  };
+  std::string why;
+  const auto check = [&](const char* name, bool ok, const char* expected) {
+    const char* v = std::getenv(name);
+    if (why.empty() && v && *v && !ok) why = std::string(name) + "='" + v + "': expected " + expected;
+  };
+  const auto env = [](const char* name) { const char* v = std::getenv(name); return v ? v : ""; };
+  check("NIBBLE_CPU_ISA", one_of(env("NIBBLE_CPU_ISA"), {"avx512bf16", "avx512", "avx2", "portable"}),
+        "avx512bf16, avx512, avx2 or portable");
+  check("NIBBLE_CPU_PATH", one_of(env("NIBBLE_CPU_PATH"), {"fused", "onednn"}), "fused or onednn");
+  check("NIBBLE_CPU_GEMM_MIN_M", positive(env("NIBBLE_CPU_GEMM_MIN_M")), "an integer >= 1");
+  check("NIBBLE_NUM_THREADS", positive(env("NIBBLE_NUM_THREADS")), "an integer >= 1");
+  return why;
+}
+
 int32_t probe(char* msg, size_t cap) {
+  const std::string why = env_knob_error();
+  if (!why.empty()) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", why.c_str());
   return fail(NIBBLE_OK, msg, cap, "%d threads, %s kernels (%s for f32 activations)", num_threads(),
               best_fused_kernel(NIBBLE_DTYPE_BF16).name, best_fused_kernel(NIBBLE_DTYPE_F32).name);
 }
