@@ -86,10 +86,10 @@ int64_t onednn_min_m(const OnednnPath& path) {
 // understood (a typo, a word where a number goes) would otherwise run something other than what
 // was asked for without a word. Returns why, or an empty string.
 std::string env_knob_error() {
-  const auto positive = [](const char* v) {
+  const auto at_least = [](const char* v, long long lo) {
     char* end = nullptr;
     const long long n = std::strtoll(v, &end, 10);
-    return end != v && !*end && n > 0;
+    return end != v && !*end && n >= lo;
   };
   const auto one_of = [](const char* v, std::initializer_list<const char*> words) {
     for (const char* w : words)
@@ -105,8 +105,8 @@ std::string env_knob_error() {
   check("NIBBLE_CPU_ISA", one_of(env("NIBBLE_CPU_ISA"), {"avx512bf16", "avx512", "avx2", "portable"}),
         "avx512bf16, avx512, avx2 or portable");
   check("NIBBLE_CPU_PATH", one_of(env("NIBBLE_CPU_PATH"), {"fused", "onednn"}), "fused or onednn");
-  check("NIBBLE_CPU_GEMM_MIN_M", positive(env("NIBBLE_CPU_GEMM_MIN_M")), "an integer >= 1");
-  check("NIBBLE_NUM_THREADS", positive(env("NIBBLE_NUM_THREADS")), "an integer >= 1");
+  check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
+  check("NIBBLE_NUM_THREADS", at_least(env("NIBBLE_NUM_THREADS"), 0), "an integer >= 0 (0: the OpenMP default)");
   return why;
 }
 
