@@ -82,6 +82,11 @@ std::vector<int64_t> parse_ms(const std::string& spec) {
   return out;
 }
 
+// A shape's points are timed again when the bandwidth readings just before and just after them
+// differ by more than this factor (the machine changed state in between), at most this often.
+constexpr double kBandwidthDrift = 1.15;
+constexpr int kBandwidthRetries = 2;
+
 // Times fn(i) (call i of a rotation) and returns the median microseconds of one call, or the
 // fastest call with `best` (for ceilings: the best the machine showed, not a typical call).
 template <class Fn>
@@ -303,39 +308,54 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
       }
       // The bandwidth ceiling of this shape's points: the larger of two measurements, just before
       // and just after them (machines shared with other tenants move it by tens of percent within
-      // a run; the larger reading never flatters the kernel).
-      const double bw_before = measure_bandwidth(b);
+      // a run; the larger reading never flatters the kernel). Where the two differ by more than
+      // kBandwidthDrift the machine changed state while the points ran: they are timed again, up
+      // to kBandwidthRetries times, and the last attempt is kept.
+      double bw_before = 0, bw_after = 0;
       std::vector<BenchPoint> shape_points;
       std::vector<Comparison> checks;
-      for (int64_t m : ms) {
-        Tensor x = random_activations(m, sh.k, dtype, 7 + uint64_t(m));
-        DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m * sh.n) * dtype_size(dtype));
-        dx.upload(x.data(), x.nbytes());
-        // Correct first: the kernel this M selects is checked before it is timed.
-        prepared[0]->apply_device(dx.get(), dy.get(), m);
-        b.sync();
-        Tensor y = Tensor::zeros(dtype, {m, sh.n});
-        dy.download(y.mutable_data(), y.nbytes());
-        const Comparison c = check_sample(w, x, y);
-        BenchPoint p;
-        p.backend = b.name(); p.shape = sh.name; p.k = sh.k; p.n = sh.n; p.m = m;
-        p.kernel = prepared[0]->kernel_name(m);
-        p.checked = true; p.check_ok = c.ok; p.check_err_over_tol = c.max_rel_to_tol;
-        p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
-                            copies, opt.iters, opt.budget_s);
-        if (!dense.empty())
-          p.dense_us = measure(b, [&](int i) { dense_apply(dense[std::size_t(i) % dense.size()], dx.get(), dy.get(), m, spec); },
-                               int(dense.size()), opt.iters, opt.budget_s);
-        shape_points.push_back(p);
-        checks.push_back(c);
-        ++done;
-        if (tty) {
-          const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
-          fmt::print(stderr, "\r\033[K[{}/{}] {:.0f} s  {} {} M={}", done, total_points, el, b.name(), sh.name, m);
+      int retries = 0;
+      for (;; ++retries) {
+        bw_before = measure_bandwidth(b);
+        shape_points.clear();
+        checks.clear();
+        for (int64_t m : ms) {
+          Tensor x = random_activations(m, sh.k, dtype, 7 + uint64_t(m));
+          DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m * sh.n) * dtype_size(dtype));
+          dx.upload(x.data(), x.nbytes());
+          // Correct first: the kernel this M selects is checked before it is timed.
+          prepared[0]->apply_device(dx.get(), dy.get(), m);
+          b.sync();
+          Tensor y = Tensor::zeros(dtype, {m, sh.n});
+          dy.download(y.mutable_data(), y.nbytes());
+          const Comparison c = check_sample(w, x, y);
+          BenchPoint p;
+          p.backend = b.name(); p.shape = sh.name; p.k = sh.k; p.n = sh.n; p.m = m;
+          p.kernel = prepared[0]->kernel_name(m);
+          p.checked = true; p.check_ok = c.ok; p.check_err_over_tol = c.max_rel_to_tol;
+          p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
+                              copies, opt.iters, opt.budget_s);
+          if (!dense.empty())
+            p.dense_us = measure(b, [&](int i) { dense_apply(dense[std::size_t(i) % dense.size()], dx.get(), dy.get(), m, spec); },
+                                 int(dense.size()), opt.iters, opt.budget_s);
+          shape_points.push_back(p);
+          checks.push_back(c);
+          ++done;
+          if (tty) {
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+            fmt::print(stderr, "\r\033[K[{}/{}] {:.0f} s  {} {} M={}", done, total_points, el, b.name(), sh.name, m);
+          }
         }
+        bw_after = measure_bandwidth(b);
+        if (tty) fmt::print(stderr, "\r\033[K");
+        const bool drifted = std::max(bw_before, bw_after) > kBandwidthDrift * std::min(bw_before, bw_after);
+        if (!drifted || retries == kBandwidthRetries) break;
+        if (!o.json)
+          fmt::print("  {}: bandwidth {:.1f} GB/s before its points, {:.1f} after: timing them again\n", sh.name,
+                     bw_before * 1e-9, bw_after * 1e-9);
+        done -= shape_points.size();
       }
-      const double bw_after = measure_bandwidth(b), bw = std::max(bw_before, bw_after);
-      if (tty) fmt::print(stderr, "\r\033[K");
+      const double bw = std::max(bw_before, bw_after);
       if (!o.json)
         fmt::print("  {}: bandwidth {:.1f} GB/s before its points, {:.1f} after\n", sh.name, bw_before * 1e-9, bw_after * 1e-9);
       for (std::size_t i = 0; i < shape_points.size(); ++i) {
@@ -358,7 +378,8 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
         out["results"].push_back({{"backend", p.backend}, {"shape", p.shape}, {"k", p.k}, {"n", p.n}, {"m", p.m},
                                   {"kernel", p.kernel}, {"time_us", p.time_us}, {"gbps", p.gbps}, {"gflops", p.gflops},
                                   {"roofline_us", p.roofline_us}, {"pct_roofline", 100.0 * p.roofline_us / p.time_us},
-                                  {"bandwidth_gbps", bw * 1e-9},
+                                  {"bandwidth_gbps", bw * 1e-9}, {"bandwidth_before_gbps", bw_before * 1e-9},
+                                  {"bandwidth_after_gbps", bw_after * 1e-9}, {"bandwidth_retries", retries},
                                   {"dense_us", p.dense_us > 0 ? json(p.dense_us) : json(nullptr)},
                                   {"speedup_vs_dense", p.dense_us > 0 ? json(p.dense_us / p.time_us) : json(nullptr)},
                                   {"check_ok", c.ok}, {"check_err_over_tol", c.max_rel_to_tol}});
