@@ -80,7 +80,8 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
 
 // Lines the software prefetch runs ahead of the loads: 128 (8 KiB). Measured on the Zen 5 in its
 // high bandwidth state (M = 1, 3 shapes, interleaved runs): 64 lines 62-67 GB/s, 128 lines 72-75,
-// 256 lines 68-76; on the Skylake VM 64 was best (docs/benchmarks.md).
+// 256 lines 68-76; on the Skylake VM 64 was best (docs/benchmarks.md). Measured with prefetcht0;
+// the kernels now prefetch non-temporally at the same distance (their prefetch()).
 constexpr int64_t kPrefetchLines = 128;
 // Bytes of x one K block may use: x stays in L2 while the block's lines of every tile stream
 // past it (16 KiB for L1 measured slower on a Zen 5: runs of 32 KiB per tile; docs/benchmarks.md).
