@@ -203,9 +203,11 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
     int64_t s1 = s0 + 1;
     while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= max_lines) ++s1;
     for (int64_t t = t0; t < t1; ++t) {
-      // Read after this tile's block: the next tile's block, else the first tile's next block.
-      const uint32_t* next = t + 1 < t1 ? w.tile_codes(t + 1) + w.seg_line[size_t(s0)] * kTileN
-                                        : w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN;
+      // Read after this tile's block: the next tile's block, else the first tile's next block,
+      // else (K done) the tile after the range, which a thread alone reads next.
+      const uint32_t* next = t + 1 < t1    ? w.tile_codes(t + 1) + w.seg_line[size_t(s0)] * kTileN
+                             : s1 < segs ? w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN
+                                         : w.tile_codes(t1);
       for (int64_t b = 0; b * a.rb < a.m; ++b) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
         if constexpr (T::kHasExact) {

@@ -213,21 +213,33 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     }
     const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
     const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
-    // Chunks of tiles handed out as the threads ask (guided: the first about half of what is
-    // left per thread, then smaller): long contiguous streams first, and at the end small pieces,
-    // so that a thread the OS delays does not hold up the call and neither thread streams alone
-    // for long (M = 1, low bandwidth state: 92-98% -> 94-102% of the reading against dynamic
-    // chunks of 1/16 of the layer; smaller dynamic chunks were slower).
+    // Ranges of tiles handed out as the threads ask, guided: each takes about half of what is
+    // left per thread (whole chunks, at least one), so that the streams are long first and the
+    // pieces small at the end, and a thread the OS delays does not hold up the call, nor does
+    // either thread stream alone for long (M = 1, low bandwidth state: 92-98% -> 94-102% of the
+    // reading against dynamic chunks of 1/16 of the layer; smaller dynamic chunks were slower).
+    // The kernel gets each range whole, one stream through memory that its prefetch follows
+    // from tile to tile (an OpenMP loop over fixed chunks called it per chunk of 4-8 tiles, and
+    // the first 8 KiB of every chunk went without a prefetch).
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
     if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
-    // One parallel region per call: the team gathers x, then each chunk's thread computes its
+    // The next range [t0, t1) for the calling thread; false once every tile is taken.
+    std::atomic<int64_t> next{0};
+    const auto take = [&](int64_t& t0, int64_t& t1) {
+      t0 = next.load(std::memory_order_relaxed);
+      do {
+        const int64_t chunks_left = (w.tiles - t0 + chunk - 1) / chunk;
+        if (chunks_left <= 0) return false;
+        t1 = std::min(w.tiles, t0 + std::max<int64_t>(1, chunks_left / (2 * threads)) * chunk);
+      } while (!next.compare_exchange_weak(t0, t1, std::memory_order_relaxed));
+      return true;
+    };
+    // One parallel region per call: the team gathers x, then each range's thread computes its
     // tiles and stores their columns of y.
 #pragma omp parallel num_threads(threads)
     {
       gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
-#pragma omp for schedule(guided, 1) nowait
-      for (int64_t t0 = 0; t0 < w.tiles; t0 += chunk) {
-        const int64_t t1 = std::min(w.tiles, t0 + chunk);
+      for (int64_t t0, t1; take(t0, t1);) {
         kernel(args, t0, t1);
         store_y(w, sc.y.data(), ldy, dt, m, y->data, t0 * kTileN, std::min(w.n, t1 * kTileN));
       }
