@@ -6,10 +6,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "test_util.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 using namespace nibble;
 
@@ -18,19 +23,20 @@ std::string nibble::test::skip_reason() {
   return {};
 }
 
-TEST_CASE("threads sharing a registry and prepared weights agree with one thread") {
-  auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
-  const double seconds = std::stod(test::env_or("NIBBLE_STRESS_SECONDS", "3"));
-  struct Case {
-    CanonicalLinear w;
-    Tensor x;
-    std::shared_ptr<Backend> backend;
-    std::shared_ptr<PreparedLinear> shared;
-    Tensor expect;
-  };
+namespace {
+struct Case {
+  CanonicalLinear w;
+  Tensor x;
+  std::shared_ptr<Backend> backend;
+  std::shared_ptr<PreparedLinear> shared;
+  Tensor expect;
+};
+
+// Two layers per available backend, prepared once, and what one thread computes for them.
+std::vector<Case> make_cases(Registry& reg) {
   std::vector<Case> cases;
   int idx = 0;
-  for (const auto& b : reg->backends()) {
+  for (const auto& b : reg.backends()) {
     if (!b->probe().available) continue;
     for (auto [wt, g, ao] : {std::tuple{WeightType::uint4b8, 128, false}, std::tuple{WeightType::uint4, 64, true}}) {
       LinearSpec s;
@@ -48,6 +54,14 @@ TEST_CASE("threads sharing a registry and prepared weights agree with one thread
       cases.push_back(std::move(c));
     }
   }
+  return cases;
+}
+}  // namespace
+
+TEST_CASE("threads sharing a registry and prepared weights agree with one thread") {
+  auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
+  const double seconds = std::stod(test::env_or("NIBBLE_STRESS_SECONDS", "3"));
+  std::vector<Case> cases = make_cases(*reg);
   REQUIRE(!cases.empty());
   std::atomic<int64_t> runs{0}, mismatches{0}, errors{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -76,4 +90,38 @@ TEST_CASE("threads sharing a registry and prepared weights agree with one thread
   CHECK(runs > 0);
   CHECK(mismatches == 0);
   CHECK(errors == 0);
+}
+
+// A host that calls apply from inside its own OpenMP parallel region: the plugin's region inside
+// it gets a team of one thread (nested regions are off), fewer than the threads it asks for
+// (NIBBLE_NUM_THREADS=4 here), and that thread must still compute every tile, bit for bit as the
+// call from outside did.
+TEST_CASE("apply inside a host's OpenMP region, with a team smaller than asked, agrees with a call outside") {
+#ifndef _OPENMP
+  FAIL("test_stress is built without OpenMP: the host's region cannot be made");
+#else
+  auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
+  std::vector<Case> cases = make_cases(*reg);
+  REQUIRE(!cases.empty());
+  const std::string saved = test::env_or("NIBBLE_NUM_THREADS");
+  setenv("NIBBLE_NUM_THREADS", "4", 1);
+  omp_set_max_active_levels(1);
+  std::atomic<int64_t> calls{0}, mismatches{0}, errors{0};
+#pragma omp parallel num_threads(2)
+  for (std::size_t i = std::size_t(omp_get_thread_num()); i < 4 * cases.size(); i += std::size_t(omp_get_num_threads())) {
+    const Case& c = cases[i % cases.size()];
+    try {
+      Tensor y = c.shared->apply(c.x);
+      if (std::memcmp(y.data(), c.expect.data(), y.nbytes()) != 0) ++mismatches;
+      ++calls;
+    } catch (const Error&) {
+      ++errors;
+    }
+  }
+  if (saved.empty()) unsetenv("NIBBLE_NUM_THREADS");
+  else setenv("NIBBLE_NUM_THREADS", saved.c_str(), 1);
+  CHECK(calls == int64_t(4 * cases.size()));
+  CHECK(mismatches == 0);
+  CHECK(errors == 0);
+#endif
 }

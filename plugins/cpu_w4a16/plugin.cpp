@@ -213,18 +213,22 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     }
     const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
     const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
-    // Ranges of tiles handed out as the threads ask, guided: each takes about half of what is
-    // left per thread (whole chunks, at least one), so that the streams are long first and the
-    // pieces small at the end, and a thread the OS delays does not hold up the call, nor does
-    // either thread stream alone for long (M = 1, low bandwidth state: 92-98% -> 94-102% of the
-    // reading against dynamic chunks of 1/16 of the layer; smaller dynamic chunks were slower).
-    // The kernel gets each range whole, one stream through memory that its prefetch follows
-    // from tile to tile (an OpenMP loop over fixed chunks called it per chunk of 4-8 tiles, and
-    // the first 8 KiB of every chunk went without a prefetch).
+    // Work in ranges of tiles, each given to the kernel whole: one stream through memory that
+    // its prefetch follows from tile to tile. Each thread first takes its fixed share of 15/16
+    // of the tiles, one long range; the rest is handed out as the threads ask, guided (about half
+    // of what is left per thread, in whole chunks), so that a thread the OS delays holds up the
+    // call by at most that much. Every new range is a new stream that the prefetchers have to
+    // pick up, and in the machine's high bandwidth state that costs: M = 1 on 4096x4096 read at
+    // 79-83% of the bandwidth when all of it was handed out guided (7-8 ranges per thread), at
+    // 88-92% with the fixed shares (docs/benchmarks.md). An OpenMP loop over the chunks, before
+    // that, called the kernel once per chunk of 4-8 tiles.
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
     if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
-    // The next range [t0, t1) for the calling thread; false once every tile is taken.
-    std::atomic<int64_t> next{0};
+    // The fixed shares are claimed in turn, so that a team smaller than asked for (a host's own
+    // parallel region around this call, OMP_THREAD_LIMIT) still computes all of them.
+    const int64_t share = w.tiles * 15 / 16 / threads / chunk * chunk;
+    std::atomic<int64_t> next_share{0}, next{share * threads};
+    // The next range [t0, t1) of the rest for the calling thread; false once every tile is taken.
     const auto take = [&](int64_t& t0, int64_t& t1) {
       t0 = next.load(std::memory_order_relaxed);
       do {
@@ -234,15 +238,17 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       } while (!next.compare_exchange_weak(t0, t1, std::memory_order_relaxed));
       return true;
     };
-    // One parallel region per call: the team gathers x, then each range's thread computes its
+    // One parallel region per call: the team gathers x, then each thread computes its ranges of
     // tiles and stores their columns of y.
 #pragma omp parallel num_threads(threads)
     {
       gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
-      for (int64_t t0, t1; take(t0, t1);) {
+      const auto run = [&](int64_t t0, int64_t t1) {
         kernel(args, t0, t1);
         store_y(w, sc.y.data(), ldy, dt, m, y->data, t0 * kTileN, std::min(w.n, t1 * kTileN));
-      }
+      };
+      for (int64_t i; share > 0 && (i = next_share.fetch_add(1, std::memory_order_relaxed)) < threads;) run(i * share, (i + 1) * share);
+      for (int64_t t0, t1; take(t0, t1);) run(t0, t1);
     }
     return NIBBLE_OK;
   });
