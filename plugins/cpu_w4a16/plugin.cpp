@@ -214,19 +214,20 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
     const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
     // Work in ranges of tiles, each given to the kernel whole: one stream through memory that
-    // its prefetch follows from tile to tile. Each thread first takes its fixed share of 15/16
-    // of the tiles, one long range; the rest is handed out as the threads ask, guided (about half
-    // of what is left per thread, in whole chunks), so that a thread the OS delays holds up the
-    // call by at most that much. Every new range is a new stream that the prefetchers have to
-    // pick up, and in the machine's high bandwidth state that costs: M = 1 on 4096x4096 read at
-    // 79-83% of the bandwidth when all of it was handed out guided (7-8 ranges per thread), at
-    // 88-92% with the fixed shares (docs/benchmarks.md). An OpenMP loop over the chunks, before
-    // that, called the kernel once per chunk of 4-8 tiles.
+    // its prefetch follows from tile to tile. The one-tile form (bandwidth-bound) has each thread
+    // first take its fixed share of 15/16 of the tiles, one long range; the rest, and all of the
+    // GEMM form's (compute-bound, its weights reused from L2), is handed out as the threads ask,
+    // guided (about half of what is left per thread, in whole chunks), so that a thread the OS
+    // delays or slows holds up the call by at most that much. Every new range is a new stream that
+    // the prefetchers have to pick up, and in the machine's high bandwidth state that costs: M = 1
+    // on 4096x4096 read at 79-83% of the bandwidth when all of it was handed out guided (7-8
+    // ranges per thread), at 84-88% with the fixed shares (docs/benchmarks.md). An OpenMP loop
+    // over the chunks, before that, called the kernel once per chunk of 4-8 tiles.
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
     if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
     // The fixed shares are claimed in turn, so that a team smaller than asked for (a host's own
     // parallel region around this call, OMP_THREAD_LIMIT) still computes all of them.
-    const int64_t share = w.tiles * 15 / 16 / threads / chunk * chunk;
+    const int64_t share = gemm ? 0 : w.tiles * 15 / 16 / threads / chunk * chunk;
     std::atomic<int64_t> next_share{0}, next{share * threads};
     // The next range [t0, t1) of the rest for the calling thread; false once every tile is taken.
     const auto take = [&](int64_t& t0, int64_t& t1) {
