@@ -221,8 +221,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     // delays or slows holds up the call by at most that much. Every new range is a new stream that
     // the prefetchers have to pick up, and in the machine's high bandwidth state that costs: M = 1
     // on 4096x4096 read at 79-83% of the bandwidth when all of it was handed out guided (7-8
-    // ranges per thread), at 84-88% with the fixed shares (docs/benchmarks.md). An OpenMP loop
-    // over the chunks, before that, called the kernel once per chunk of 4-8 tiles.
+    // ranges per thread), at 83.6-87.5% (median ~86%) with the fixed shares (docs/benchmarks.md).
+    // An OpenMP loop over the chunks, before that, called the kernel once per chunk of 4-8 tiles.
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
     if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
     // The fixed shares are claimed in turn, so that a team smaller than asked for (a host's own
