@@ -41,7 +41,9 @@ if "cpu_w4a16" in names:
     check(cpu["abi_version"] == 1 and cpu["platform"] == "cpu", "cpu_w4a16 reports ABI 1 and platform cpu")
     check(cpu["probe"]["available"], "cpu_w4a16 probe is available")
     check(set(cpu["capabilities"]["group_sizes"]) == {32, 64, 128, 256, -1}, "cpu_w4a16 declares its group sizes")
-    check(cpu["capabilities"]["weight_types"] == ["uint4", "uint4b8"], "cpu_w4a16 declares its weight types")
+    check(sorted(cpu["capabilities"]["weight_types"]) == sorted(["uint4", "uint4b8", "uint8", "uint8b128", "uint2", "uint2b2", "uint3", "uint3b4"]),
+          "cpu_w4a16 declares its weight types", None)
+    check(cpu["capabilities"]["bits"] == [2, 3, 4, 8], "cpu_w4a16 declares 2, 3, 4 and 8 bits")
 skipped = {os.path.basename(s["path"]): s for s in doc["skipped"]}
 for f in ["not_a_plugin.so", "garbage.so", "test_wrong_abi.so", "test_small_struct.so", "test_null_entry.so"]:
     check(f in skipped and skipped[f]["reason"], f"plugins --json names skipped {f} with a reason")

@@ -215,8 +215,8 @@ std::shared_ptr<Backend> Backend::load(const fs::path& path) {
 
 std::string Backend::capabilities_summary() const {
   std::vector<std::string> wt, dt, gs;
-  if (caps_.weight_types & NIBBLE_WT_BIT(NIBBLE_WT_UINT4)) wt.push_back("uint4");
-  if (caps_.weight_types & NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8)) wt.push_back("uint4b8");
+  for (int32_t t = 1; t < 32; ++t)
+    if ((caps_.weight_types & NIBBLE_WT_BIT(t)) && nibble_weight_type_bits(t)) wt.push_back(weight_type_name(WeightType(t)));
   for (auto d : {DType::f16, DType::bf16, DType::f32})
     if (caps_.act_dtypes & NIBBLE_DTYPE_BIT(int(d))) dt.emplace_back(dtype_name(d));
   for (uint32_t i = 0; i < caps_.num_group_sizes; ++i) gs.push_back(std::to_string(caps_.group_sizes[i]));
@@ -243,9 +243,13 @@ std::string Backend::check_capabilities(const LinearSpec& s) const {
   const auto& c = caps_;
   if (!(c.formats & NIBBLE_FORMAT_BIT(int(s.format))))
     return fmt::format("format {} not supported", format_name(s.format));
-  if (s.bits < 0 || s.bits > 31 || !(c.bits & (1u << s.bits)))
-    return fmt::format("{}-bit weights not supported", s.bits);
-  if (!(c.weight_types & NIBBLE_WT_BIT(int(s.weight_type))))
+  if (s.bits < 0 || s.bits > 31 || !(c.bits & (1u << s.bits))) {
+    std::vector<int> widths;
+    for (int b = 1; b < 32; ++b)
+      if (c.bits & (1u << b)) widths.push_back(b);
+    return fmt::format("{}-bit weights not supported (it runs {} bits)", s.bits, fmt::join(widths, ", "));
+  }
+  if (int(s.weight_type) <= 0 || int(s.weight_type) > 31 || !(c.weight_types & NIBBLE_WT_BIT(int(s.weight_type))))
     return fmt::format("weight type {} not supported", weight_type_name(s.weight_type));
   if (int(s.act_dtype) < 0 || int(s.act_dtype) > 31 || !(c.act_dtypes & NIBBLE_DTYPE_BIT(int(s.act_dtype))))
     return fmt::format("activation dtype {} not supported", dtype_name(s.act_dtype));

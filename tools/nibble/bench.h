@@ -14,6 +14,7 @@ struct BenchOptions {
   std::string shapes = "llama3-8b,llama3-70b";  ///< preset names or KxN,KxN
   std::string m_list = "1,2,4,8,16,32,64,128,256,1024";
   int group = 128;
+  int bits = 4;             ///< weight bits (2, 3, 4, 8): the roofline counts K*N*bits/8 bytes of codes
   std::string dtype;        ///< default: bf16 on CPUs, f16 on GPUs
   bool asym = false;
   int iters = 0;            ///< 0: adaptive

@@ -23,7 +23,14 @@ Policy make_policy(const CommonOptions& o);
 /// "f16" / "bf16" / "f32" -> DType; empty -> nullopt (the model's dtype). Throws for others.
 std::optional<DType> parse_act_dtype(const std::string& s);
 
-/// Bytes one apply() must move at least: packed weights, scales, zero points, x and y (PERF.md).
+/// Refuses an output path that cannot be written (a directory, a missing or unwritable parent
+/// directory), naming the option, before any work is done.
+void check_output_file(const std::string& path, const char* option);
+/// Writes `text` to `path` completely, or throws Errc::io naming the option and the reason.
+void write_output_file(const std::string& path, const char* option, const std::string& text);
+
+/// Bytes one apply() must move at least: packed weights (K*N*bits/8), scales, zero points, x and
+/// y (PERF.md).
 double layer_bytes(const LinearSpec& s, int64_t m);
 
 /// Median time in microseconds of `iters` applies (after one warm-up), measured with the
@@ -39,16 +46,17 @@ struct ModelOptions {
   int64_t batch = 1;      ///< --batch M (run)
   int iters = 5;          ///< --iters (run)
   bool check = false;     ///< --check (run): compare every layer with the reference kernel
-  std::string reference;  ///< --reference FILE (verify)
+  std::string reference;  ///< --reference FILE (verify; without it verify lints)
   std::string layer;      ///< --layer: only layers whose name matches this glob / re: pattern
 };
 int cmd_explain(const CommonOptions& o, const ModelOptions& m);
 int cmd_run(const CommonOptions& o, const ModelOptions& m);
 int cmd_verify(const CommonOptions& o, const ModelOptions& m);
+int cmd_lint(const CommonOptions& o, const ModelOptions& m);
 
 struct QuantizeCommand {
   std::string out, from, preset, format = "gptq", dtype = "f16";
-  int blocks = 0, group = 128;
+  int blocks = 0, group = 128, bits = 4;
   bool asym = false, act_order = false;
   uint64_t seed = 1;
   double shard_mb = 0;

@@ -1,9 +1,15 @@
 // Helpers shared by the commands: registry, policy, dtypes, byte counts, timing.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "cli.h"
@@ -41,11 +47,32 @@ std::optional<DType> parse_act_dtype(const std::string& s) {
 }
 
 double layer_bytes(const LinearSpec& s, int64_t m) {
-  const double groups = double(s.num_groups());
+  const double groups = double(s.num_groups()), bits = double(s.bits);
   const double act = double(dtype_size(s.act_dtype));
-  double b = double(s.k) * double(s.n) / 2 + groups * double(s.n) * double(dtype_size(s.scale_dtype));
-  if (s.weight_type == WeightType::uint4) b += groups * double(s.n) / 2;
+  double b = double(s.k) * double(s.n) * bits / 8 + groups * double(s.n) * double(dtype_size(s.scale_dtype));
+  if (!weight_type_symmetric(s.weight_type)) b += groups * double(s.n) * bits / 8;
   return b + act * double(m) * double(s.k + s.n);
+}
+
+void check_output_file(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec))
+    throw Error(Errc::invalid_argument, fmt::format("{} {}: is a directory (expected a file to write)", option, path));
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw Error(Errc::invalid_argument, fmt::format("{} {}: directory {} does not exist", option, path, dir.string()));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(Errc::invalid_argument, fmt::format("{} {}: directory {} is not writable: {}", option, path, dir.string(),
+                                                    std::strerror(errno)));
+}
+
+void write_output_file(const std::string& path, const char* option, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (f) f << text;
+  if (f) f.flush();
+  if (!f) throw Error(Errc::io, fmt::format("{} {}: could not write the file: {}", option, path, std::strerror(errno)));
 }
 
 namespace {

@@ -62,6 +62,10 @@ std::vector<Shape2> parse_shapes(const std::string& spec) {
       continue;
     }
     // A preset: its distinct (K, N) pairs, as in PERF.md.
+    const auto names = preset_names();
+    if (std::find(names.begin(), names.end(), item) == names.end())
+      throw Error(Errc::invalid_argument,
+                  fmt::format("--shapes: unknown preset '{}' (expected KxN or one of {})", item, fmt::join(names, ", ")));
     const std::string preset = item.ends_with("-fused") ? item : item + "-fused";
     for (const auto& l : preset_layers(preset, 1)) {
       const std::string name = fmt::format("{}x{}", l.k, l.n);
@@ -211,6 +215,10 @@ Comparison check_sample(const CanonicalLinear& w, const Tensor& x, const Tensor&
 }  // namespace
 
 int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
+  // Where the results go is checked before an hour of timing, not after.
+  if (!opt.json_path.empty()) check_output_file(opt.json_path, "--json");
+  if (!opt.svg_path.empty()) check_output_file(opt.svg_path, "--svg");
+  const WeightType weight_type = weight_type_of(opt.bits, !opt.asym);
   auto reg = open_registry();
   const auto shapes = parse_shapes(opt.shapes);
   const auto ms = parse_ms(opt.m_list);
@@ -233,7 +241,8 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
   }
 
   std::vector<BenchPoint> points;
-  json out = {{"command", opt.command_line}, {"nibble", version()}, {"group_size", opt.group}, {"backends", json::array()},
+  json out = {{"command", opt.command_line}, {"nibble", version()}, {"group_size", opt.group}, {"bits", opt.bits},
+              {"weight_type", weight_type_name(weight_type)}, {"backends", json::array()},
               {"results", json::array()}};
   std::size_t total_points = backends.size() * shapes.size() * ms.size(), done = 0;
   const auto start_time = std::chrono::steady_clock::now();
@@ -285,7 +294,8 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
       LinearSpec spec;
       spec.name = "bench." + sh.name;
       spec.k = sh.k; spec.n = sh.n; spec.group_size = opt.group;
-      spec.weight_type = opt.asym ? WeightType::uint4 : WeightType::uint4b8;
+      spec.weight_type = weight_type;
+      spec.bits = opt.bits;
       spec.act_dtype = dtype;
       spec.scale_dtype = dtype == DType::f32 ? DType::f16 : dtype;
       if (auto why = b.check_capabilities(spec); !why.empty()) throw Error(Errc::unsupported, fmt::format("{}: {}: {}", b.name(), sh.name, why));
@@ -390,9 +400,10 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
   if (tty) fmt::print(stderr, "\r\033[K");
   int bad = 0;
   for (const auto& p : points) bad += p.check_ok ? 0 : 1;
-  if (!opt.json_path.empty()) std::ofstream(opt.json_path) << out.dump(2) << "\n";
+  if (!opt.json_path.empty()) write_output_file(opt.json_path, "--json", out.dump(2) + "\n");
   if (!opt.svg_path.empty())
-    std::ofstream(opt.svg_path) << bench_svg(points, fmt::format("nibble bench, G={}: % of roofline vs M", opt.group));
+    write_output_file(opt.svg_path, "--svg",
+                      bench_svg(points, fmt::format("nibble bench, {}-bit, G={}: % of roofline vs M", opt.bits, opt.group)));
   if (o.json) fmt::print("{}\n", out.dump(2));
   if (bad) fmt::print(stderr, "nibble bench: {} point(s) FAILED the correctness check\n", bad);
   return bad ? 1 : 0;

@@ -18,8 +18,9 @@ int cmd_plugins(const CommonOptions& o) {
       const auto& c = b->capabilities();
       nlohmann::json caps;
       caps["weight_types"] = nlohmann::json::array();
-      if (c.weight_types & NIBBLE_WT_BIT(NIBBLE_WT_UINT4)) caps["weight_types"].push_back("uint4");
-      if (c.weight_types & NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8)) caps["weight_types"].push_back("uint4b8");
+      for (int32_t t = 1; t < 32; ++t)
+        if ((c.weight_types & NIBBLE_WT_BIT(t)) && nibble_weight_type_bits(t))
+          caps["weight_types"].push_back(weight_type_name(WeightType(t)));
       caps["act_dtypes"] = nlohmann::json::array();
       for (auto d : {DType::f16, DType::bf16, DType::f32})
         if (c.act_dtypes & NIBBLE_DTYPE_BIT(int(d))) caps["act_dtypes"].push_back(std::string(dtype_name(d)));

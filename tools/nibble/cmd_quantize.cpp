@@ -16,6 +16,7 @@ int cmd_quantize(const CommonOptions&, const QuantizeCommand& q) {
   QuantizeOptions o;
   o.format = q.format;
   o.group_size = q.group;
+  o.bits = q.bits;
   o.symmetric = !q.asym;
   o.act_order = q.act_order;
   auto dt = parse_dtype(q.dtype);

@@ -11,7 +11,18 @@
 
 int main(int argc, char** argv) {
   using namespace nibble::cli;
-  CLI::App app{"nibble: W4A16 linear layers of quantized LLM checkpoints on CPU, NVIDIA and AMD hardware"};
+  CLI::App app{"nibble: 2/3/4/8-bit-weight linear layers of quantized LLM checkpoints on CPU, NVIDIA and AMD hardware"};
+  // A group size is -1 (per channel) or positive; 0 and other negatives mean nothing.
+  const CLI::Validator group_size_check(
+      [](const std::string& v) {
+        try {
+          const long long g = std::stoll(v);
+          return g == -1 || g > 0 ? std::string() : "expected -1 (per channel) or a positive group size, found " + v;
+        } catch (const std::exception&) {
+          return "expected an integer, found " + v;
+        }
+      },
+      "-1|G>0");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("nibble ") + nibble::version());
 
@@ -47,14 +58,18 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run every quantized layer through the selected backend: per-layer backend, time and bandwidth");
   add_common(run, true);
   add_model(run);
-  run->add_option("--batch", model.batch, "Rows M of the activations")->capture_default_str();
-  run->add_option("--iters", model.iters, "Timed repetitions per layer (the median is shown)")->capture_default_str();
+  run->add_option("--batch", model.batch, "Rows M of the activations")->capture_default_str()->check(CLI::PositiveNumber);
+  run->add_option("--iters", model.iters, "Timed repetitions per layer (the median is shown)")->capture_default_str()->check(CLI::PositiveNumber);
   run->add_flag("--check", model.check, "Also compare every layer's output with the reference kernel");
 
-  auto* verify = app.add_subcommand("verify", "Compare a checkpoint with reference tensors (<layer>.codes, .weight, .x, .y)");
+  auto* verify = app.add_subcommand("verify", "Compare a checkpoint with reference tensors (<layer>.codes, .weight, .x, .y); without --reference, lint it");
   add_common(verify, true);
   add_model(verify);
-  verify->add_option("--reference", model.reference, "Reference safetensors file")->required();
+  verify->add_option("--reference", model.reference, "Reference safetensors file");
+
+  auto* lint = app.add_subcommand("lint", "What a checkpoint's tensors say about themselves, without a reference: zero-point conventions, orientations, corrupted words, scales, code ranges");
+  add_common(lint, false);
+  add_model(lint);
 
   QuantizeCommand qc;
   auto* quantize = app.add_subcommand("quantize", "Write a quantized checkpoint (round to nearest) from a 16-bit model or random weights");
@@ -62,14 +77,15 @@ int main(int argc, char** argv) {
   quantize->add_option("--out", qc.out, "Output directory")->required();
   quantize->add_option("--from", qc.from, "A 16-bit Hugging Face model directory");
   quantize->add_option("--preset", qc.preset, "Random weights with these shapes: tiny, llama3-8b, llama3-70b, llama3-8b-fused, llama3-70b-fused");
-  quantize->add_option("--blocks", qc.blocks, "Transformer blocks of the preset (default: the model's own)");
+  quantize->add_option("--blocks", qc.blocks, "Transformer blocks of the preset (default: the model's own)")->check(CLI::PositiveNumber);
+  quantize->add_option("--bits", qc.bits, "Weight bits: 2, 3, 4 or 8 (as the format allows)")->capture_default_str()->check(CLI::IsMember({2, 3, 4, 8}));
   quantize->add_option("--format", qc.format, "gptq, gptq_v2, awq, compressed-tensors, autoround, autoround-gptqmodel, autoround-awq")->capture_default_str();
-  quantize->add_option("--group", qc.group, "Group size (-1: per channel)")->capture_default_str();
+  quantize->add_option("--group", qc.group, "Group size (-1: per channel)")->capture_default_str()->check(group_size_check);
   quantize->add_flag("--asym", qc.asym, "Asymmetric (zero points); default symmetric");
   quantize->add_flag("--act-order", qc.act_order, "Act order (g_idx)");
   quantize->add_option("--dtype", qc.dtype, "Model dtype f16 or bf16")->capture_default_str();
   quantize->add_option("--seed", qc.seed, "Seed of random weights")->capture_default_str();
-  quantize->add_option("--shard-mb", qc.shard_mb, "Shard the safetensors into files of at most this many MiB");
+  quantize->add_option("--shard-mb", qc.shard_mb, "Shard the safetensors into files of at most this many MiB")->check(CLI::PositiveNumber);
 
   BenchOptions bo;
   auto* bench = app.add_subcommand("bench", "Kernel timings against the roofline and the dense baseline, measured in the same run");
@@ -77,12 +93,13 @@ int main(int argc, char** argv) {
   bench->add_option("--config", common.config, "Policy TOML file (else NIBBLE_CONFIG)");
   bench->add_option("--shapes", bo.shapes, "Presets (llama3-8b, llama3-70b) or KxN, comma-separated")->capture_default_str();
   bench->add_option("--m", bo.m_list, "Values of M, comma-separated")->capture_default_str();
-  bench->add_option("--g", bo.group, "Group size")->capture_default_str();
+  bench->add_option("--g", bo.group, "Group size (-1: per channel)")->capture_default_str()->check(group_size_check);
+  bench->add_option("--bits", bo.bits, "Weight bits: 2, 3, 4 or 8")->capture_default_str()->check(CLI::IsMember({2, 3, 4, 8}));
   bench->add_option("--dtype", bo.dtype, "Activation dtype (default: bf16 on CPUs, f16 on GPUs)");
   bench->add_flag("--asym", bo.asym, "Asymmetric weights (zero points); default uint4b8");
-  bench->add_option("--iters", bo.iters, "Timed repetitions per point (default: adaptive)");
-  bench->add_option("--budget", bo.budget_s, "Seconds of timing per point when adaptive")->capture_default_str();
-  bench->add_option("--rotate-mb", bo.rotate_mb, "Rotate weight copies totalling at least this many MiB")->capture_default_str();
+  bench->add_option("--iters", bo.iters, "Timed repetitions per point (default: adaptive)")->check(CLI::PositiveNumber);
+  bench->add_option("--budget", bo.budget_s, "Seconds of timing per point when adaptive")->capture_default_str()->check(CLI::PositiveNumber);
+  bench->add_option("--rotate-mb", bo.rotate_mb, "Rotate weight copies totalling at least this many MiB")->capture_default_str()->check(CLI::PositiveNumber);
   bench->add_option("--json", bo.json_path, "Write the results as JSON to this file");
   bench->add_option("--svg", bo.svg_path, "Write a plot (% of roofline vs M) to this file");
   bench->add_flag("--no-dense", bo.no_dense, "Skip the dense baseline");
@@ -98,6 +115,7 @@ int main(int argc, char** argv) {
     if (*explain) return cmd_explain(common, model);
     if (*run) return cmd_run(common, model);
     if (*verify) return cmd_verify(common, model);
+    if (*lint) return cmd_lint(common, model);
     if (*quantize) return cmd_quantize(common, qc);
     if (*bench) {
       for (int i = 0; i < argc; ++i) bo.command_line += (i ? " " : "") + std::string(i == 0 ? "nibble" : argv[i]);
