@@ -207,7 +207,14 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
     }
     c->layers_.push_back(std::move(e));
   }
-  std::sort(c->layers_.begin(), c->layers_.end(), [](const auto& a, const auto& b) { return natural_less(a.name, b.name); });
+  // Sorted through indices: an entry is large, a move of it costs more than a comparison.
+  std::vector<std::size_t> order(c->layers_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return natural_less(c->layers_[a].name, c->layers_[b].name); });
+  std::vector<LayerEntry> sorted;
+  sorted.reserve(order.size());
+  for (std::size_t i : order) sorted.push_back(std::move(c->layers_[i]));
+  c->layers_ = std::move(sorted);
   c->layer_index_.reserve(c->layers_.size());
   for (std::size_t i = 0; i < c->layers_.size(); ++i) c->layer_index_.emplace(c->layers_[i].name, i);
   c->lookup_steps_.store(0);

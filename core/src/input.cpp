@@ -68,15 +68,27 @@ std::string read_regular_file(const std::filesystem::path& path, std::size_t lim
 }
 
 nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth) {
-  // The callback sees the depth of every element as it is parsed, before anything deeper exists.
-  const nlohmann::json::parser_callback_t bound = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-    if (depth > max_depth && (event == nlohmann::json::parse_event_t::object_start ||
-                              event == nlohmann::json::parse_event_t::array_start))
-      throw Error(Errc::format, fmt::format("{}: JSON nested deeper than {} levels", origin, max_depth));
-    return true;
-  };
+  // The nesting depth, from one linear pass before the parser sees the text (its own callbacks
+  // cost time quadratic in the size of large objects).
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth)
+        throw Error(Errc::format, fmt::format("{}: JSON nested deeper than {} levels (at byte {})", origin, max_depth, i));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   try {
-    return nlohmann::json::parse(text.begin(), text.end(), bound);
+    return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, printable(std::string_view(e.what()))));
   }

@@ -83,24 +83,24 @@ int cmd_explain(const CommonOptions& o, const ModelOptions& m) {
                ckpt->num_files() == 1 ? "" : "s", policy.source.empty() ? "default" : policy.source);
   for (const auto& e : ckpt->layers()) {
     if (!wanted(m, e.name)) continue;
-    json l = {{"name", e.name}, {"k", e.k}, {"n", e.n}, {"status", kind_name(e.scheme.kind)}};
     if (e.scheme.kind != LayerScheme::Kind::quantized) {
-      l["reason"] = e.scheme.reason;
-      if (!o.json) fmt::print("{}  [{} x {}]  {}: {}\n", e.name, e.k, e.n, kind_name(e.scheme.kind), e.scheme.reason);
-    } else {
-      const LinearSpec spec = ckpt->spec_of(e, dtype);
-      Selection sel = reg->select(spec, policy);
-      no_backend += sel ? 0 : 1;
-      l["scheme"] = scheme_str(e.scheme);
-      l["bits"] = spec.bits;
-      l["spec"] = spec.summary();
-      l["spec_fields"] = spec_json(spec);
-      l["selection"] = selection_json(sel);
-      if (!o.json)
-        fmt::print("{}  [{} x {}]  {} ({})\n  -> {}\n{}", e.name, e.k, e.n, spec.summary(), scheme_str(e.scheme),
-                   sel ? sel.backend->name() : std::string("NO BACKEND"), sel.trace());
+      if (o.json)
+        out["layers"].push_back({{"name", e.name}, {"k", e.k}, {"n", e.n}, {"status", kind_name(e.scheme.kind)},
+                                 {"reason", e.scheme.reason}});
+      else
+        fmt::print("{}  [{} x {}]  {}: {}\n", e.name, e.k, e.n, kind_name(e.scheme.kind), e.scheme.reason);
+      continue;
     }
-    out["layers"].push_back(l);
+    const LinearSpec spec = ckpt->spec_of(e, dtype);
+    Selection sel = reg->select(spec, policy);
+    no_backend += sel ? 0 : 1;
+    if (o.json)
+      out["layers"].push_back({{"name", e.name}, {"k", e.k}, {"n", e.n}, {"status", kind_name(e.scheme.kind)},
+                               {"scheme", scheme_str(e.scheme)}, {"bits", spec.bits}, {"spec", spec.summary()},
+                               {"spec_fields", spec_json(spec)}, {"selection", selection_json(sel)}});
+    else
+      fmt::print("{}  [{} x {}]  {} ({})\n  -> {}\n{}", e.name, e.k, e.n, spec.summary(), scheme_str(e.scheme),
+                 sel ? sel.backend->name() : std::string("NO BACKEND"), sel.trace());
   }
   if (o.json) fmt::print("{}\n", out.dump(2));
   return no_backend ? 1 : 0;
@@ -131,7 +131,7 @@ int cmd_run(const CommonOptions& o, const ModelOptions& m) {
       l["reason"] = e.scheme.reason;
       if (e.scheme.kind == LayerScheme::Kind::unsupported) ++failed;
       if (!o.json) fmt::print("{:<40} {:>6} {:>6}  {}: {}\n", e.name, e.k, e.n, kind_name(e.scheme.kind), e.scheme.reason);
-      out["layers"].push_back(l);
+      out["layers"].push_back(std::move(l));
       continue;
     }
     try {
@@ -169,7 +169,7 @@ int cmd_run(const CommonOptions& o, const ModelOptions& m) {
       l["error"] = err.what();
       if (!o.json) fmt::print("{:<40} {:>6} {:>6}  ERROR: {}\n", e.name, e.k, e.n, err.what());
     }
-    out["layers"].push_back(l);
+    out["layers"].push_back(std::move(l));
   }
   out["total_time_us"] = total_us;
   out["failed"] = failed;
@@ -287,7 +287,7 @@ int cmd_verify(const CommonOptions& o, const ModelOptions& m) {
     l["y_max_abs_err"] = y_err;
     l["ok"] = ok;
     if (!why.empty()) l["error"] = why;
-    out["layers"].push_back(l);
+    out["layers"].push_back(std::move(l));
     if (!o.json)
       fmt::print("{:<36} {:<11} {:>7} {:>12.2e} {:>12.3f} {:>9.2e}  {}\n", name, backend,
                  code_mismatch < 0 ? std::string("-") : std::to_string(code_mismatch), w_rel, y_ratio, y_err,
