@@ -1,5 +1,6 @@
-// Host-only check of the cuda_w4a16 packed layout (layout.h), runnable without a GPU: packs random
-// canonical weights the way repack_weights_kernel / repack_records_kernel do, then replays what
+// Host-only check of the cuda_w4a16 packed layout (layout.h), runnable without a GPU: plans the
+// layout as process_weights does (layout_plan.h), packs random canonical weights the way
+// repack_weights_kernel / repack_records_kernel do, then replays what
 // one warp of w4a16_gemm_kernel does with them, lane by lane: the 16-byte weight word per lane, the
 // scale / zero records, the magic-number dequantization bit for bit (fp16 and bf16), the B
 // fragments read from x through the K permutation, mma.m16n8k16's fragment semantics and the
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "layout.h"
+#include "layout_plan.h"
 
 using namespace nibble::cuda;
 
@@ -125,7 +127,7 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
   const int groups = G > 0 ? (K + G - 1) / G : 1;
   std::vector<uint8_t> code(size_t(K) * N), zero(size_t(groups) * N, 8);
   std::vector<uint16_t> scale(size_t(groups) * N), x(size_t(M) * K);
-  std::vector<int> gidx(K);
+  std::vector<int32_t> gidx(K);
   for (auto& c : code) c = uint8_t(rng() & 15);
   if (zp)
     for (auto& z : zero) z = uint8_t(rng() & 15);
@@ -138,34 +140,26 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int i = 0; i < K; ++i) gidx[perm[i]] = i / G;
   }
-  // Packed order (plugin.cpp's process_weights).
-  int g_eff, k_pad;
-  std::vector<int> prow, gmap;
-  if (act_order) {
-    std::vector<std::vector<int>> rows(groups);
-    for (int k = 0; k < K; ++k) rows[gidx[k]].push_back(k);
-    size_t longest = 1;
-    for (auto& r : rows) longest = std::max(longest, r.size());
-    g_eff = int((longest + kGroupAlign - 1) / kGroupAlign * kGroupAlign);
-    std::vector<int> kept;
-    for (int g = 0; g < groups; ++g)
-      if (!rows[g].empty()) kept.push_back(g);
-    k_pad = int((kept.size() * g_eff + kTileK - 1) / kTileK * kTileK);
-    prow.assign(k_pad, -1);
-    for (size_t gi = 0; gi < kept.size(); ++gi)
-      for (size_t j = 0; j < rows[kept[gi]].size(); ++j) prow[gi * g_eff + j] = rows[kept[gi]][j];
-    const int gp = (k_pad + g_eff - 1) / g_eff;
-    gmap.assign(gp, -1);
-    for (size_t gi = 0; gi < kept.size(); ++gi) gmap[gi] = kept[gi];
-  } else {
-    k_pad = (K + kTileK - 1) / kTileK * kTileK;
-    g_eff = G > 0 ? G : k_pad;
-    prow.resize(k_pad);
-    for (int k = 0; k < k_pad; ++k) prow[k] = k < K ? k : -1;
-    const int gp = (k_pad + g_eff - 1) / g_eff;
-    gmap.resize(gp);
-    for (int g = 0; g < gp; ++g) gmap[g] = g < groups ? g : -1;
+  // Packed order, as process_weights plans it (layout_plan.cpp).
+  nibble_linear_spec spec{};
+  spec.struct_size = sizeof spec;
+  spec.layer_name = "layout_check";
+  spec.k = spec.full_k = K;
+  spec.n = spec.full_n = N;
+  spec.bits = 4;
+  spec.group_size = G;
+  spec.weight_type = zp ? NIBBLE_WT_UINT4 : NIBBLE_WT_UINT4B8;
+  spec.act_dtype = spec.scale_dtype = bf16 ? NIBBLE_DTYPE_BF16 : NIBBLE_DTYPE_F16;
+  spec.act_order = act_order;
+  LayoutPlan lp;
+  std::string why;
+  if (plan_layout(spec, act_order ? gidx.data() : nullptr, &lp, &why) != NIBBLE_OK) {
+    std::printf("  plan_layout: %s\n", why.c_str());
+    return 1000000;
   }
+  const int k_pad = int(lp.k_pad), g_eff = lp.g_eff;
+  std::vector<int> prow(static_cast<size_t>(k_pad)), gmap(lp.gmap.begin(), lp.gmap.end());
+  for (int k = 0; k < k_pad; ++k) prow[size_t(k)] = lp.perm.empty() ? (k < K ? k : -1) : lp.perm[size_t(k)];
   const int n_pad = (N + kNPad - 1) / kNPad * kNPad, strips = n_pad / kStripN, ku = k_pad / kUnitK;
   const int groups_pad = int(gmap.size());
   // repack_weights_kernel
@@ -208,10 +202,9 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     for (int m0 = 0; m0 < M; m0 += 8) {
       float acc[2][32][4] = {};
       // The kernels' group lookup: multiply-high by floor(2^32 / units_per_group) + 1.
-      const uint64_t upg = uint64_t(g_eff / kUnitK);
-      const uint32_t magic = upg == 1 ? 0u : uint32_t((uint64_t(1) << 32) / upg + 1);
+      const uint32_t magic = lp.g_magic;
       for (int u = 0; u < ku; ++u) {
-        const int g = magic ? int((uint64_t(uint32_t(u)) * magic) >> 32) : u;
+        const int g = plan_unit_group(u, magic);
         if (g != u * kUnitK / g_eff) return 1000000;
         uint32_t s2[32][4], nz[32][4];
         for (int lane = 0; lane < 32; ++lane) {
