@@ -22,6 +22,10 @@ enum KernelId : int32_t {
   kV2,
   kV4,
   kV2u2,
+  kWg16,
+  kWg32,
+  kWg64,
+  kWg128,
   kNumKernels,
   kCublas = kNumKernels
 };

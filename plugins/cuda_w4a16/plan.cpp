@@ -27,6 +27,10 @@ const KernelDesc kKernelTable[] = {
     {"v2", kV2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows"},
     {"v4", kV4, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 32 rows, half the weights in flight"},
     {"v2u2", kV2u2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows, half the weights in flight"},
+    {"wg16",  kWg16,  Family::wgmma, 90, 90,    4, "sm_90a warp-specialized stream-K, BN 256 x BM 16: bulk-copy/mbarrier pipeline, wgmma (A from registers)"},
+    {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
+    {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
+    {"wg128", kWg128, Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 128"},
     {"cublas", kCublas, Family::cublas, 80, kAnyCc, 0, "dequantize to a dense temporary, then cublasGemmEx"},
 };
 // clang-format on
@@ -38,6 +42,13 @@ const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
 // clang-format off
 //   cc        M            weights (K*N)     K              N              kernel
 const ChoiceRule kChoiceRules[] = {
+    // Hopper (sm_90): the wgmma kernel from M = 9 on, the GEMV below.
+    {90, 90,     1, 8,      0, 0, 0, 0, 0, 0, kV1},
+    {90, 90,     9, 16,     0, 0, 0, 0, 0, 0, kWg16},
+    {90, 90,     17, 32,    0, 0, 0, 0, 0, 0, kWg32},
+    {90, 90,     33, 64,    0, 0, 0, 0, 0, 0, kWg64},
+    {90, 90,     65, 0,     0, 0, 0, 0, 0, 0, kWg128},
+    // Everything else, and Hopper where the wgmma kernel declines (a build without sm_90a).
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 9, 16, 32 * kMi, 0, 0, 0, 0, 0, kV2u2},
     {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},
@@ -153,7 +164,13 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
                                    : " to " + cc_name(d.max_cc)) +
            "; the device is " + cc_name(dev.cc);
   if (d.family == Family::cublas) return dev.cublas ? "" : "cuBLAS cannot be loaded";
+  if (d.family == Family::wgmma && !dev.wgmma_built)
+    return std::string("kernel ") + d.name + " is not in this build (meson option nvcc_archs has no 90)";
   const KernelInfo& ki = dev.info[d.id];
+  if (ki.slots <= 0)
+    return std::string("kernel ") + d.name + " cannot be resident on this device (" +
+           std::to_string(ki.threads) + " threads, " + std::to_string(ki.smem_bytes) +
+           " bytes of shared memory per block)";
   const int64_t m_tiles = (m + ki.bm - 1) / ki.bm, n_tiles = s.n_pad / ki.bn;
   if (d.family == Family::gemv && m_tiles > 65535)
     return std::string("kernel ") + d.name + " takes at most " + std::to_string(65535 * int64_t(ki.bm)) +
@@ -174,8 +191,8 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
   plan.n_tiles = int32_t(s.n_pad / ki.bn);
   const int64_t slots = std::max(1, ki.slots);
+  plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   if (d.family == Family::gemv) {
-    plan.overlap = o.overlap && dev.cc >= 90;
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
     // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the

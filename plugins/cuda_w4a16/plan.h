@@ -16,7 +16,7 @@
 
 namespace nibble::cuda {
 
-enum class Family : int32_t { gemv, mma, cublas };
+enum class Family : int32_t { gemv, mma, wgmma, cublas };
 
 /// One kernel of the menu.
 struct KernelDesc {
@@ -25,7 +25,7 @@ struct KernelDesc {
   Family family;
   int32_t min_cc;       ///< lowest compute capability (major * 10 + minor) its code runs on
   int32_t max_cc;       ///< highest (sm_90a code runs on 9.0 only)
-  int32_t min_stages;   ///< stream-K: fewest k stages per block; GEMV: 0 (its own cost model)
+  int32_t min_stages;   ///< stream-K (mma, wgmma): fewest k stages per block; GEMV: 0 (its own cost model)
   const char* summary;  ///< tile and method, for docs and messages
 };
 
@@ -54,6 +54,7 @@ struct DeviceFacts {
   int32_t cc = 0;                    ///< compute capability, major * 10 + minor
   const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
   bool cublas = false;               ///< cuBLAS loaded
+  bool wgmma_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
 };
 
 /// What the plan knows of the layer (from its LayoutPlan).

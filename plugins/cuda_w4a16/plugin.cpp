@@ -112,6 +112,9 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
     d.cc = major * 10 + minor;
     if (d.error == cudaSuccess) d.error = setup_gemv_kernels(d.info, d.sms);
     if (d.error == cudaSuccess) d.error = setup_mma_kernels(d.info, d.sms);
+#if defined(NIBBLE_CUDA_WGMMA)
+    if (d.error == cudaSuccess && d.cc == 90) d.error = setup_wgmma_kernels(d.info, d.sms);
+#endif
     d.ready = true;
   }
   if (d.error != cudaSuccess)
@@ -162,6 +165,9 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
   f.cc = d.cc;
   f.info = d.info[p.act == Act::f16 ? 0 : 1];
   f.cublas = cublas_available(nullptr);
+#if defined(NIBBLE_CUDA_WGMMA)
+  f.wgmma_built = true;
+#endif
   return f;
 }
 
@@ -395,8 +401,22 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     gp.n_tiles = plan.n_tiles;
     gp.evict_first = plan.m_tiles == 1;  // weights read once per call
     gp.overlap = plan.overlap;
-    const cudaError_t e = gemv ? launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, stream)
-                               : launch_mma(plan.kernel, p.act, gp, plan.grid, stream);
+    cudaError_t e = cudaErrorInvalidValue;
+    switch (kd.family) {
+      case Family::gemv:
+        e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, stream);
+        break;
+      case Family::mma:
+        e = launch_mma(plan.kernel, p.act, gp, plan.grid, stream);
+        break;
+#if defined(NIBBLE_CUDA_WGMMA)
+      case Family::wgmma:
+        e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
+        break;
+#endif
+      default:
+        break;  // the plan declines what this build lacks
+    }
     if (e != cudaSuccess) {
       // A failed launch may leave arrival counters non-zero: clear them for the next call.
       cudaMemsetAsync(ws.counters.p, 0, ws.counters.bytes, stream);
@@ -425,8 +445,8 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv)
       return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", kd.name, ki.bn,
                   ki.bm, plan.n_tiles, plan.m_tiles, plan.grid);
-    return fail(NIBBLE_OK, msg, cap, "%s (BN %d x BM %d, stream-K grid %d)", kd.name, ki.bn, ki.bm,
-                plan.grid);
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d)", kd.name,
+                kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid);
   });
 }
 
@@ -499,7 +519,7 @@ const nibble_plugin_api kApi = plugin::gpu_plugin_api<CudaRuntime>({
     /* .version = */ NIBBLE_VERSION_STRING,
     /* .platform = */ "cuda",
     /* .description = */
-    "W4A16 on NVIDIA GPUs (sm_80+, tuned for sm_90): streaming GEMV and stream-K mma.sync kernels",
+    "W4A16 on NVIDIA GPUs (sm_80+, tuned for sm_90): streaming GEMV, stream-K mma.sync, sm_90a wgmma",
     /* .priority = */ 20,
     /* .caps = */ kCaps,
     /* .probe = */ probe,

@@ -36,12 +36,17 @@ struct FakeDevice {
     set(kV2, 64, 16, 128, 3, 4);
     set(kV4, 64, 32, 128, 2, 2);
     set(kV2u2, 64, 16, 128, 4, 2);
+    set(kWg16, 256, 16, 384, 1, 2);
+    set(kWg32, 256, 32, 384, 1, 2);
+    set(kWg64, 256, 64, 384, 1, 2);
+    set(kWg128, 256, 128, 384, 1, 2);
   }
-  DeviceFacts facts(int cc, bool cublas) const {
+  DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
     DeviceFacts f;
     f.cc = cc;
     f.info = info;
     f.cublas = cublas;
+    f.wgmma_built = wgmma;
     return f;
   }
 };
@@ -93,7 +98,7 @@ TEST_CASE("the kernel table has one row per kernel id, in id order, with unique 
     CHECK(find_kernel(d.name) == &d);
     CHECK(d.min_cc >= 80);
     CHECK(d.max_cc >= d.min_cc);
-    CHECK((d.family == Family::mma) == (d.min_stages > 0));
+    CHECK((d.family == Family::mma || d.family == Family::wgmma) == (d.min_stages > 0));
   }
   CHECK(find_kernel("nonesuch") == nullptr);
   CHECK(kernel_desc(kCublas).family == Family::cublas);
@@ -114,28 +119,32 @@ TEST_CASE("every choice rule names a kernel that runs on the rule's architecture
 TEST_CASE("the automatic choice finds a kernel for every M and shape on every architecture") {
   const FakeDevice dev;
   for (int cc : {80, 86, 89, 90, 100, 120})
-    for (bool cublas : {false, true})
-      for (int64_t cublas_min_m : {int64_t(0), int64_t(65), int64_t(1)})
-        for (const auto& [k, n] : kShapes)
-          for (int64_t m : kMs) {
-            PlanOptions o;
-            o.cublas_min_m = cublas_min_m;
-            const ShapeFacts s = shape(k, n);
-            const Plan p = make_plan(s, dev.facts(cc, cublas), o, m);
-            INFO("cc " << cc << " cublas " << cublas << " min_m " << cublas_min_m << " " << k << "x" << n
-                       << " M=" << m);
-            REQUIRE_MESSAGE(p.declined.empty(), p.declined);
-            const KernelDesc& kd = kernel_desc(p.kernel);
-            CHECK(cc >= kd.min_cc);
-            CHECK(cc <= kd.max_cc);
-            if (kd.family == Family::cublas) {
-              CHECK(cublas);
-              CHECK(cublas_min_m > 0);
-              CHECK(m >= cublas_min_m);
+    for (bool wgmma : {false, true})
+      for (bool cublas : {false, true})
+        for (int64_t cublas_min_m : {int64_t(0), int64_t(65), int64_t(1)})
+          for (const auto& [k, n] : kShapes)
+            for (int64_t m : kMs) {
+              PlanOptions o;
+              o.cublas_min_m = cublas_min_m;
+              const ShapeFacts s = shape(k, n);
+              const Plan p = make_plan(s, dev.facts(cc, cublas, wgmma), o, m);
+              INFO("cc " << cc << " wgmma " << wgmma << " cublas " << cublas << " min_m " << cublas_min_m
+                         << " " << k << "x" << n << " M=" << m);
+              REQUIRE_MESSAGE(p.declined.empty(), p.declined);
+              const KernelDesc& kd = kernel_desc(p.kernel);
+              CHECK(cc >= kd.min_cc);
+              CHECK(cc <= kd.max_cc);
+              if (kd.family == Family::cublas) {
+                CHECK(cublas);
+                CHECK(cublas_min_m > 0);
+                CHECK(m >= cublas_min_m);
+              }
+              CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
+              // Hopper runs its own kernel from M = 9 on when the build has it.
+              if (cc == 90 && wgmma && m > 8) CHECK(kd.family == Family::wgmma);
+              if (!wgmma) CHECK(kd.family != Family::wgmma);
+              check_geometry(p, s, dev, m);
             }
-            CHECK(decline_reason(kd, dev.facts(cc, cublas), s, m).empty());
-            check_geometry(p, s, dev, m);
-          }
 }
 
 TEST_CASE("a forced kernel runs every call it can take and declines the others with a reason") {
@@ -147,7 +156,7 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
           PlanOptions o;
           o.forced = i;
           const ShapeFacts s = shape(k, n);
-          const DeviceFacts f = dev.facts(cc, false);
+          const DeviceFacts f = dev.facts(cc, false, true);
           const Plan p = make_plan(s, f, o, m);
           CHECK(int(p.kernel) == i);  // never another kernel in its place
           const std::string why = decline_reason(kKernelTable[i], f, s, m);
@@ -164,6 +173,14 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   o.forced = kV1;
   const Plan old = make_plan(shape(64, 16), dev.facts(75, false), o, 1);
   CHECK(old.declined == "kernel v1 runs on sm_80 and newer; the device is sm_75");
+  o.forced = kWg64;
+  CHECK(make_plan(shape(64, 16), dev.facts(89, false), o, 64).declined ==
+        "kernel wg64 runs on sm_90 only; the device is sm_89");
+  CHECK(make_plan(shape(64, 16), dev.facts(100, false), o, 64).declined ==
+        "kernel wg64 runs on sm_90 only; the device is sm_100");
+  CHECK(make_plan(shape(64, 16), dev.facts(90, false, false), o, 64).declined ==
+        "kernel wg64 is not in this build (meson option nvcc_archs has no 90)");
+  CHECK(make_plan(shape(64, 16), dev.facts(90, false, true), o, 64).declined.empty());
 }
 
 TEST_CASE("options: each takes what it documents and names what it found otherwise") {
