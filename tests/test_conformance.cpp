@@ -75,16 +75,22 @@ TEST_CASE("every declared scheme matches the reference on odd sizes") {
                                  << registry()->backend_names());
   const nibble_capabilities caps = b->capabilities();
   const uint64_t base_seed = seed();
-  const int64_t ms[] = {1, 3, 17, 64, 257};
   // (K, N): on multiples of 64, off them, K not a multiple of 8, and a long K (long groups at
-  // G = -1: accumulation error grows with the rows summed).
-  const std::pair<int64_t, int64_t> shapes[] = {{512, 192}, {320, 200}, {264, 72}, {130, 40}, {4100, 24}};
+  // G = -1: accumulation error grows with the rows summed). Widths other than 4 run the shapes
+  // and row counts that differ in kind (the layouts of every width are tested exactly elsewhere).
+  const std::vector<int64_t> ms4 = {1, 3, 17, 64, 257}, ms_other = {1, 17, 257};
+  const std::vector<std::pair<int64_t, int64_t>> shapes4 = {{512, 192}, {320, 200}, {264, 72}, {130, 40}, {4100, 24}},
+                                                 shapes_other = {{320, 200}, {130, 40}};
   int cases = 0, refused = 0;
   double worst = 0;  // the largest error seen, as a fraction of the tolerance
   for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
     if (!(caps.act_dtypes & NIBBLE_DTYPE_BIT(int(dt)))) continue;
-    for (WeightType wt : {WeightType::uint4b8, WeightType::uint4}) {
-      if (!(caps.weight_types & NIBBLE_WT_BIT(int(wt)))) continue;
+    for (WeightType wt : {WeightType::uint4b8, WeightType::uint4, WeightType::uint8b128, WeightType::uint8,
+                          WeightType::uint3b4, WeightType::uint3, WeightType::uint2b2, WeightType::uint2}) {
+      const int bits = weight_type_bits(wt);
+      if (!(caps.weight_types & NIBBLE_WT_BIT(int(wt))) || !(caps.bits & (1u << bits))) continue;
+      const auto& ms = bits == 4 ? ms4 : ms_other;
+      const auto& shapes = bits == 4 ? shapes4 : shapes_other;
       for (uint32_t gi = 0; gi < caps.num_group_sizes; ++gi) {
         const int g = caps.group_sizes[gi];
         for (int ao = 0; ao <= int(caps.act_order); ++ao) {
@@ -92,7 +98,7 @@ TEST_CASE("every declared scheme matches the reference on odd sizes") {
             LinearSpec s;
             s.name = fmt::format("conformance.{}.{}.g{}.{}.{}x{}", dtype_name(dt), weight_type_name(wt), g,
                                  ao ? "actorder" : "plain", k, n);
-            s.k = k; s.n = n; s.group_size = g; s.weight_type = wt; s.act_dtype = dt;
+            s.k = k; s.n = n; s.group_size = g; s.weight_type = wt; s.bits = bits; s.act_dtype = dt;
             s.scale_dtype = dt == DType::f32 ? DType::f16 : dt;
             s.act_order = ao != 0 && g != -1;
             s.has_bias = caps.bias && ((k + g) % 3 == 0);
@@ -107,7 +113,7 @@ TEST_CASE("every declared scheme matches the reference on odd sizes") {
             }
             const uint64_t sd = base_seed ^ std::hash<std::string>{}(s.name);
             CanonicalLinear w = random_canonical(s, sd);
-            Tensor x_all = random_activations(ms[4], k, dt, sd + 1);
+            Tensor x_all = random_activations(ms.back(), k, dt, sd + 1);
             Tensor ref_all = reference_linear(w, x_all), mag_all = reference_magnitude(w, x_all);
             auto prepared = b->prepare(w);
             for (int64_t m : ms) {

@@ -159,10 +159,7 @@ TEST_CASE("round trip: quantize -> pack in each format -> read back gives the sa
           s.group_size = g;
           s.symmetric = sym;
           s.act_order = ao;
-          CanonicalLinear back = canonicalize(w.spec.name, s, [&](const std::string& suffix) {
-            auto it = packed.find(suffix);
-            return it == packed.end() ? Tensor() : it->second;
-          }, DType::f16);
+          CanonicalLinear back = canonicalize(w.spec.name, s, TensorSource::from_map(packed), DType::f16);
           check_same(w, back);
           // And the dequantized weight is close to what was quantized (RTN error <= half a step).
           int64_t far = 0;
@@ -269,13 +266,16 @@ TEST_CASE("bad checkpoints name the layer, the tensor, the expected and the foun
     REQUIRE(zp.shape() == Shape{16, 4});
     rewrite_fixture("ct_pack_asym_g64", d.path, {{layer + ".weight_zero_point", transposed(zp)}});
     const std::string e = error_of([&] { Checkpoint::open(d.path)->load(layer); });
-    CHECK(contains(e, "layer 'model.layers.0.self_attn.q_proj': tensor 'model.layers.0.self_attn.q_proj.weight_zero_point': expected shape [16, 4], found [4, 16]"));
+    CHECK(contains(e, "layer 'model.layers.0.self_attn.q_proj': tensor 'model.layers.0.self_attn.q_proj.weight_zero_point': expected shape [16, 4]"));
+    CHECK(contains(e, "found [4, 16]"));
   }
   {  // GPTQ qzeros in compressed-tensors' orientation
     TempDir d;
     Tensor qz = fixture_tensor("gptq_v1_asym_g64", layer + ".qzeros");
     rewrite_fixture("gptq_v1_asym_g64", d.path, {{layer + ".qzeros", transposed(qz)}});
-    CHECK(contains(error_of([&] { Checkpoint::open(d.path)->load(layer); }), "qzeros': expected shape [4, 16], found [16, 4]"));
+    const std::string e = error_of([&] { Checkpoint::open(d.path)->load(layer); });
+    CHECK(contains(e, "qzeros': expected shape [4, 16]"));
+    CHECK(contains(e, "found [16, 4]: the transposed orientation of compressed-tensors"));
   }
   {  // wrong dtype
     TempDir d;
@@ -300,7 +300,7 @@ TEST_CASE("bad checkpoints name the layer, the tensor, the expected and the foun
     Tensor qz = fixture_tensor("gptq_v1_asym_g64", layer + ".qzeros");
     qz.mutable_data_as<uint32_t>()[0] |= 0xfu;
     rewrite_fixture("gptq_v1_asym_g64", d.path, {{layer + ".qzeros", qz}});
-    CHECK(contains(error_of([&] { Checkpoint::open(d.path)->load(layer); }), "GPTQ v1 zero nibble 15 at group 0, column 0"));
+    CHECK(contains(error_of([&] { Checkpoint::open(d.path)->load(layer); }), "GPTQ v1 zero 15 at group 0, column 0"));
   }
   {  // unknown quant_method
     TempDir d;
@@ -318,9 +318,12 @@ TEST_CASE("quantization_config: unsupported schemes and unquantized layers carry
   auto scheme = [](const std::string& cfg, const std::string& layer) {
     return QuantConfig::parse(R"({"quantization_config": )" + cfg + "}", "config.json").scheme_for(layer);
   };
-  LayerScheme s = scheme(R"({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": true})", "model.layers.0.mlp.up_proj");
+  LayerScheme s = scheme(R"({"quant_method": "gptq", "bits": 5, "group_size": 128, "sym": true})", "model.layers.0.mlp.up_proj");
   CHECK(s.kind == LayerScheme::Kind::unsupported);
-  CHECK(contains(s.reason, "8-bit weights (quantization_config.bits)"));
+  CHECK(contains(s.reason, "5-bit weights (quantization_config.bits): nibble reads GPTQ at 2, 3, 4, 8 bits"));
+  s = scheme(R"({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": true})", "model.layers.0.mlp.up_proj");
+  CHECK(s.kind == LayerScheme::Kind::quantized);
+  CHECK(s.bits == 8);
 
   s = scheme(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemv"})", "x.q_proj");
   CHECK(s.kind == LayerScheme::Kind::unsupported);
@@ -371,12 +374,12 @@ TEST_CASE("quantization_config: unsupported schemes and unquantized layers carry
   CHECK(contains(s.reason, "dynamic"));
 
   CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "bits": "four"}})", "c.json"); }),
-                 "'bits' must be an integer"));
+                 "quantization_config.bits: expected an integer, found \"four\""));
   // Absurd numbers are errors, never allocations.
   CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "group_size": 1099511627776}})", "c.json"); }),
-                 "'group_size' = 1099511627776 is out of range"));
+                 "quantization_config.group_size: expected an integer in ["));
   CHECK(contains(error_of([] { QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "group_size": -7}})", "c.json"); }),
-                 "out of range"));
+                 "quantization_config.group_size: expected -1 (per channel) or a positive group size, found -7"));
 }
 
 TEST_CASE("tensor-parallel shards reproduce the full layer") {

@@ -235,7 +235,7 @@ TEST_CASE("policy TOML errors name the key") {
   CHECK(contains(err("prefer = 3"), "'prefer' must be a list of backend names"));
   CHECK(contains(err("pefer = [\"a\"]"), "unknown key 'pefer'"));
   CHECK(contains(err("[[layer]]\npin = \"a\""), "layer[0] needs 'match'"));
-  CHECK(contains(err("[[layer]]\nmatch = \"re:([\""), "invalid pattern"));
+  CHECK(contains(err("[[layer]]\nmatch = \"re:([\""), "layer[0].match: invalid regular expression 're:(['"));
   CHECK(contains(err("strict = \"yes\""), "'strict' must be true or false"));
   CHECK(contains(err("prefer = ["), "TOML syntax error at line 1"));
 }

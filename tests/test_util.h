@@ -19,6 +19,19 @@ namespace nibble::test {
 /// per binary; the default says "run".
 std::string skip_reason();
 
+inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+/// The message of the nibble::Error that f() throws, or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 inline std::string env_or(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string(fallback);

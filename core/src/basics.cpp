@@ -59,8 +59,21 @@ const char* weight_type_name(WeightType t) noexcept {
   switch (t) {
     case WeightType::uint4: return "uint4";
     case WeightType::uint4b8: return "uint4b8";
+    case WeightType::uint8: return "uint8";
+    case WeightType::uint8b128: return "uint8b128";
+    case WeightType::uint2: return "uint2";
+    case WeightType::uint2b2: return "uint2b2";
+    case WeightType::uint3: return "uint3";
+    case WeightType::uint3b4: return "uint3b4";
   }
   return "invalid";
+}
+
+WeightType weight_type_of(int32_t bits, bool symmetric) {
+  const int32_t t = nibble_weight_type_of(bits, symmetric ? 1 : 0);
+  if (t == NIBBLE_WT_INVALID)
+    throw Error(Errc::unsupported, fmt::format("{}-bit weights: nibble runs 2, 3, 4 and 8 bits", bits));
+  return WeightType(t);
 }
 
 const char* format_name(Format f) noexcept {

@@ -46,23 +46,37 @@ void validate(const CanonicalLinear& w) {
   if (s.k <= 0 || s.n <= 0)
     throw Error(Errc::format, fmt::format("layer '{}': expected positive k and n, found k={} n={}",
                                           s.name, s.k, s.n));
-  if (s.bits != 4)
-    throw Error(Errc::unsupported, fmt::format("layer '{}': expected 4-bit weights, found {} bits",
-                                               s.name, s.bits));
+  const int32_t wt_bits = weight_type_bits(s.weight_type);
+  if (wt_bits == 0)
+    throw Error(Errc::format, fmt::format("layer '{}': invalid weight type {}", s.name, int32_t(s.weight_type)));
+  if (s.bits != wt_bits)
+    throw Error(Errc::format, fmt::format("layer '{}': expected {} bits for weight type {}, found bits = {}", s.name,
+                                          wt_bits, weight_type_name(s.weight_type), s.bits));
   if (s.group_size != -1 && s.group_size <= 0)
     throw Error(Errc::format, fmt::format("layer '{}': expected group size -1 or > 0, found {}",
                                           s.name, s.group_size));
   const int64_t groups = s.num_groups();
-  expect(s, "qweight", w.qweight, {DType::u32, DType::i32}, {(s.k + 7) / 8, s.n});
-  if (s.weight_type == WeightType::uint4) {
+  const int64_t rows = packed_rows(s.k, s.bits);
+  expect(s, "qweight", w.qweight, {DType::u32, DType::i32}, {rows, s.n});
+  if (const int64_t used = s.k * s.bits - (rows - 1) * 32; used < 32) {
+    // Kernels read whole words: the stream bits past K must be zero.
+    const uint32_t pad = ~((1u << used) - 1u);
+    const uint32_t* last = w.qweight.data_as<uint32_t>() + (rows - 1) * s.n;
+    for (int64_t n = 0; n < s.n; ++n)
+      if (last[n] & pad)
+        fail(s, "qweight", fmt::format("expected zero padding past row {} (the last word's bits {}..31), found word "
+                                       "{:#010x} in column {}", s.k - 1, used, last[n], n));
+  }
+  const int max_code = (1 << s.bits) - 1;
+  if (!weight_type_symmetric(s.weight_type)) {
     expect(s, "zeros", w.zeros, {DType::u8}, {groups, s.n});
     const uint8_t* z = w.zeros.data_as<uint8_t>();
     for (int64_t i = 0; i < groups * s.n; ++i)
-      if (z[i] > 15)
-        fail(s, "zeros", fmt::format("expected zero points in 0..15, found {} at group {}, column {}",
+      if (z[i] > max_code)
+        fail(s, "zeros", fmt::format("expected zero points in 0..{}, found {} at group {}, column {}", max_code,
                                      z[i], i / s.n, i % s.n));
   } else if (!w.zeros.empty()) {
-    fail(s, "zeros", "a symmetric (uint4b8) layer must not carry zero points");
+    fail(s, "zeros", fmt::format("a symmetric ({}) layer must not carry zero points", weight_type_name(s.weight_type)));
   }
   if (s.scale_dtype != DType::f16 && s.scale_dtype != DType::bf16 && s.scale_dtype != DType::f32)
     fail(s, "scales", fmt::format("expected scale dtype f16, bf16 or f32, found {}", dtype_name(s.scale_dtype)));
@@ -87,25 +101,35 @@ void validate(const CanonicalLinear& w) {
   }
 }
 
-Tensor pack_codes_k(const Tensor& codes) {
+Tensor pack_codes_k(const Tensor& codes, int bits) {
   if (codes.dtype() != DType::u8 || codes.ndim() != 2)
     throw Error(Errc::invalid_argument, "pack_codes_k: expected u8 [K, N] codes");
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+    throw Error(Errc::invalid_argument, fmt::format("pack_codes_k: {} bits (expected 2, 3, 4 or 8)", bits));
   const int64_t k = codes.dim(0), n = codes.dim(1);
-  Tensor q = Tensor::zeros(DType::u32, {(k + 7) / 8, n});
+  Tensor q = Tensor::zeros(DType::u32, {packed_rows(k, bits), n});
   const uint8_t* c = codes.data_as<uint8_t>();
   uint32_t* out = q.mutable_data_as<uint32_t>();
-  for (int64_t r = 0; r < k; ++r)
-    for (int64_t j = 0; j < n; ++j) out[(r / 8) * n + j] |= uint32_t(c[r * n + j] & 0xf) << (4 * (r % 8));
+  const uint32_t mask = (1u << bits) - 1;
+  for (int64_t r = 0; r < k; ++r) {
+    const int64_t bit = r * bits, row = bit >> 5;
+    const int shift = int(bit & 31);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t v = uint64_t(c[r * n + j] & mask) << shift;
+      out[row * n + j] |= uint32_t(v);
+      if (shift + bits > 32) out[(row + 1) * n + j] |= uint32_t(v >> 32);
+    }
+  }
   return q;
 }
 
-Tensor unpack_codes_k(const Tensor& qweight, int64_t k) {
+Tensor unpack_codes_k(const Tensor& qweight, int64_t k, int bits) {
   const int64_t n = qweight.dim(1);
   Tensor codes = Tensor::zeros(DType::u8, {k, n});
   const uint32_t* q = qweight.data_as<uint32_t>();
   uint8_t* c = codes.mutable_data_as<uint8_t>();
   for (int64_t r = 0; r < k; ++r)
-    for (int64_t j = 0; j < n; ++j) c[r * n + j] = uint8_t((q[(r / 8) * n + j] >> (4 * (r % 8))) & 0xf);
+    for (int64_t j = 0; j < n; ++j) c[r * n + j] = CanonicalLinear::stream_code(q + j, n, r, bits);
   return codes;
 }
 
@@ -122,17 +146,19 @@ CanonicalLinear random_canonical(const LinearSpec& spec, uint64_t seed) {
   CanonicalLinear w;
   w.spec = spec;
   const int64_t k = spec.k, n = spec.n, groups = spec.num_groups();
+  const uint64_t levels = uint64_t(1) << weight_type_bits(spec.weight_type);
+  w.spec.bits = weight_type_bits(spec.weight_type);
   Tensor codes = Tensor::zeros(DType::u8, {k, n});
-  for (auto& c : std::span(codes.mutable_data_as<uint8_t>(), std::size_t(k * n))) c = uint8_t(rng.below(16));
-  w.qweight = pack_codes_k(codes);
-  if (spec.weight_type == WeightType::uint4) {
+  for (auto& c : std::span(codes.mutable_data_as<uint8_t>(), std::size_t(k * n))) c = uint8_t(rng.below(levels));
+  w.qweight = pack_codes_k(codes, w.spec.bits);
+  if (!weight_type_symmetric(spec.weight_type)) {
     w.zeros = Tensor::zeros(DType::u8, {groups, n});
     for (auto& z : std::span(w.zeros.mutable_data_as<uint8_t>(), std::size_t(groups * n)))
-      z = uint8_t(rng.below(16));
+      z = uint8_t(rng.below(levels));
   }
   w.scales = Tensor::zeros(spec.scale_dtype, {groups, n});
   for (int64_t i = 0; i < groups * n; ++i)
-    store_float(w.scales.mutable_data(), spec.scale_dtype, std::size_t(i), rng.uniform(0.001, 0.006));
+    store_float(w.scales.mutable_data(), spec.scale_dtype, std::size_t(i), rng.uniform(0.001, 0.006) * 16.0 / double(levels));
   if (spec.act_order) {
     // As GPTQ writes it: rows are visited in a random order and the i-th visited row joins group
     // i / G, so every group has G members scattered over K.

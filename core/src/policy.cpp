@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "nibble/error.h"
+#include "input.h"
 #include "pattern.h"
 
 namespace nibble {
@@ -54,7 +55,7 @@ PolicyRules parse_rules(const toml::table& t, const std::string& origin, const s
     } else if (!allow_match && key == "layer") {
       continue;
     } else {
-      bad(origin, fmt::format("unknown key '{}{}' (expected prefer, deny, pin, strict{})", where, key,
+      bad(origin, fmt::format("unknown key '{}{}' (expected prefer, deny, pin, strict{})", where, detail::printable(key),
                               allow_match ? ", match" : ", [[layer]]"));
     }
   }
@@ -111,7 +112,10 @@ Policy Policy::parse_toml(const std::string& text, const std::string& origin) {
       auto match = (*t)["match"].value<std::string>();
       if (!match || match->empty())
         bad(origin, fmt::format("layer[{}] needs 'match' (a glob or \"re:\" pattern of layer names)", i));
-      name_matches(*match, "");  // reject a broken regex now, not at selection time
+      // Reject a broken regex now, naming the file and the key, not at selection time.
+      if (match->starts_with("re:"))
+        if (const std::string why = detail::regex_error(match->substr(3)); !why.empty())
+          bad(origin, fmt::format("layer[{}].match: invalid regular expression '{}': {}", i, detail::printable(*match), why));
       p.layers.push_back({*match, parse_rules(*t, origin, fmt::format("layer[{}].", i), true)});
     }
   }
@@ -119,13 +123,7 @@ Policy Policy::parse_toml(const std::string& text, const std::string& origin) {
 }
 
 Policy Policy::load_file(const std::filesystem::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(Errc::io, fmt::format("policy {}: cannot open file", path.string()));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  if (text.size() > (1u << 20)) throw Error(Errc::limit, fmt::format("policy {}: larger than 1 MiB", path.string()));
-  return parse_toml(text, path.string());
+  return parse_toml(detail::read_regular_file(path, 1u << 20, "policy"), path.string());
 }
 
 Policy Policy::from_environment() {

@@ -13,6 +13,7 @@
 #include "nibble/checkpoint.h"
 #include "nibble/error.h"
 #include "nibble/formats.h"
+#include "formats/unit.h"
 #include "nibble/safetensors.h"
 #include "random.h"
 
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 namespace nibble {
 
 CanonicalLinear quantize_rtn(const std::string& name, const Tensor& weight, int group_size, bool symmetric,
-                             bool act_order, DType scale_dtype, int min_zero) {
+                             bool act_order, DType scale_dtype, int min_zero, int bits) {
   if (weight.ndim() != 2 || !is_float(weight.dtype()))
     throw Error(Errc::invalid_argument, fmt::format("layer '{}': expected a float weight [N, K], found {} {}", name,
                                                     dtype_name(weight.dtype()), shape_str(weight.shape())));
@@ -36,7 +37,9 @@ CanonicalLinear quantize_rtn(const std::string& name, const Tensor& weight, int 
   s.k = k;
   s.n = n;
   s.group_size = group_size;
-  s.weight_type = symmetric ? WeightType::uint4b8 : WeightType::uint4;
+  s.weight_type = weight_type_of(bits, symmetric);
+  s.bits = bits;
+  const double maxq = double((1 << bits) - 1);
   s.scale_dtype = scale_dtype;
   s.act_dtype = scale_dtype == DType::f32 ? DType::f32 : scale_dtype;
   s.act_order = act_order;
@@ -72,12 +75,12 @@ CanonicalLinear quantize_rtn(const std::string& name, const Tensor& weight, int 
       if (symmetric) {
         double amax = std::max(-lo, hi);
         if (amax == 0) amax = 1;
-        scale = 2 * amax / 15;
-        zero = 8;
+        scale = 2 * amax / maxq;
+        zero = double(1 << (bits - 1));
       } else {
         if (lo == 0 && hi == 0) lo = -1, hi = 1;
-        scale = (hi - lo) / 15;
-        zero = std::clamp(std::round(-lo / scale), double(min_zero), 15.0);
+        scale = (hi - lo) / maxq;
+        zero = std::clamp(std::round(-lo / scale), double(min_zero), maxq);
       }
       store_float(w.scales.mutable_data(), scale_dtype, std::size_t(g * n + r), scale);
       scale = w.scales.at(std::size_t(g * n + r));  // the rounded scale the kernels will use
@@ -85,53 +88,29 @@ CanonicalLinear quantize_rtn(const std::string& name, const Tensor& weight, int 
       if (!symmetric) w.zeros.mutable_data_as<uint8_t>()[g * n + r] = uint8_t(zero);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t c = order[std::size_t(i)];
-        const double q = std::clamp(std::round(weight.at(std::size_t(r * k + c)) / scale) + zero, 0.0, 15.0);
+        const double q = std::clamp(std::round(weight.at(std::size_t(r * k + c)) / scale) + zero, 0.0, maxq);
         cd[c * n + r] = uint8_t(q);
       }
     }
   }
-  w.qweight = pack_codes_k(codes);
+  w.qweight = pack_codes_k(codes, bits);
   validate(w);
   return w;
 }
 
 namespace {
 
-const OutputFormat kFormats[] = {
-    {"gptq", Packing::gptq_v1},
-    {"gptq_v2", Packing::gptq_v2},
-    {"awq", Packing::awq_gemm},
-    {"compressed-tensors", Packing::compressed_tensors},
-    {"autoround", Packing::gptq_v1},
-    {"autoround-gptqmodel", Packing::gptq_v2},
-    {"autoround-awq", Packing::awq_gemm},
-};
+// The writer variant of an output format (the format units' list).
+const detail::WriterVariant& writer(const std::string& name) {
+  for (const auto* f : detail::format_units())
+    for (const auto& v : f->writers)
+      if (v.name == name) return v;
+  throw Error(Errc::invalid_argument, fmt::format("unknown format '{}' (known: {})", name, fmt::join(output_format_names(), ", ")));
+}
 
 nlohmann::ordered_json quantization_config(const QuantizeOptions& o, const OutputFormat& f) {
-  using json = nlohmann::ordered_json;
-  const std::string& n = f.name;
-  if (n == "gptq" || n == "gptq_v2")
-    return json{{"quant_method", "gptq"}, {"bits", 4}, {"group_size", o.group_size}, {"desc_act", o.act_order},
-                {"sym", o.symmetric}, {"checkpoint_format", n}, {"static_groups", false}, {"true_sequential", true},
-                {"damp_percent", 0.01}, {"lm_head", false}};
-  if (n == "awq")
-    return json{{"quant_method", "awq"}, {"bits", 4}, {"group_size", o.group_size}, {"zero_point", !o.symmetric},
-                {"version", "gemm"}, {"modules_to_not_convert", {"lm_head"}}};
-  if (n == "compressed-tensors") {
-    json weights = {{"num_bits", 4}, {"type", "int"}, {"symmetric", o.symmetric},
-                    {"strategy", o.group_size == -1 ? "channel" : "group"},
-                    {"group_size", o.group_size == -1 ? json(nullptr) : json(o.group_size)}, {"dynamic", false},
-                    {"actorder", o.act_order ? json("group") : json(nullptr)}, {"observer", "minmax"}};
-    return json{{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"ignore", {"lm_head"}},
-                {"quantization_status", "compressed"},
-                {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"input_activations", nullptr},
-                                                {"output_activations", nullptr}, {"weights", weights}}}}}};
-  }
-  const std::string packing = n == "autoround" ? "auto_round:auto_gptq"
-                              : n == "autoround-gptqmodel" ? "auto_round:gptqmodel" : "auto_round:auto_awq";
-  return json{{"quant_method", "auto-round"}, {"packing_format", packing}, {"bits", 4}, {"group_size", o.group_size},
-              {"sym", o.symmetric}, {"data_type", "int"}, {"desc_act", o.act_order},
-              {"block_name_to_quantize", "model.layers"}};
+  const detail::WriterVariant& v = writer(f.name);
+  return v.config(o, v);
 }
 
 // Writes tensors into one file or into shards of at most max_shard_bytes, then the index.
@@ -200,6 +179,9 @@ void prepare_out_dir(const fs::path& out) {
 void check_options(const QuantizeOptions& o, const OutputFormat& f) {
   if (o.act_order && f.packing == Packing::awq_gemm)
     throw Error(Errc::unsupported, fmt::format("format {} has no act order (AWQ writes no g_idx)", f.name));
+  const std::vector<int>& widths = detail::packing_unit(f.packing).widths;
+  if (std::find(widths.begin(), widths.end(), o.bits) == widths.end())
+    throw Error(Errc::unsupported, fmt::format("--bits {}: format {} is written at {} bits", o.bits, f.name, fmt::join(widths, ", ")));
   if (o.group_size != -1 && o.group_size <= 0)
     throw Error(Errc::invalid_argument, fmt::format("group size {} (expected -1 or a positive number)", o.group_size));
   if (o.dtype != DType::f16 && o.dtype != DType::bf16)
@@ -209,15 +191,15 @@ void check_options(const QuantizeOptions& o, const OutputFormat& f) {
 }  // namespace
 
 OutputFormat output_format(const std::string& name) {
-  for (const auto& f : kFormats)
-    if (f.name == name) return f;
-  throw Error(Errc::invalid_argument, fmt::format("unknown format '{}' (known: {})", name, fmt::join(output_format_names(), ", ")));
+  const detail::WriterVariant& v = writer(name);
+  return {v.name, v.packing};
 }
 
 std::vector<std::string> output_format_names() {
-  std::vector<std::string> v;
-  for (const auto& f : kFormats) v.push_back(f.name);
-  return v;
+  std::vector<std::string> names;
+  for (const auto* f : detail::format_units())
+    for (const auto& v : f->writers) names.push_back(v.name);
+  return names;
 }
 
 std::vector<std::string> preset_names() { return {"tiny", "llama3-8b", "llama3-70b", "llama3-8b-fused", "llama3-70b-fused"}; }
@@ -260,12 +242,12 @@ void write_random_model(const fs::path& out, const std::string& preset, int num_
   const auto layers = preset_layers(preset, num_blocks);
   prepare_out_dir(out);
   ModelWriter writer(out, o.max_shard_bytes);
-  const int min_zero = f.packing == Packing::gptq_v1 ? 1 : 0;
+  const int min_zero = detail::packing_unit(f.packing).min_zero;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     if (progress) progress(i, layers.size(), l.name);
     Tensor wt = random_weight(l.n, l.k, o.dtype, o.seed * 1000003 + i);
-    write_quantized_layer(writer, quantize_rtn(l.name, wt, o.group_size, o.symmetric, o.act_order, o.dtype, min_zero), f);
+    write_quantized_layer(writer, quantize_rtn(l.name, wt, o.group_size, o.symmetric, o.act_order, o.dtype, min_zero, o.bits), f);
   }
   // An unquantized lm_head, as real checkpoints have.
   const int64_t hidden = layers.empty() ? 64 : layers.front().k;
@@ -302,7 +284,7 @@ void quantize_model_dir(const fs::path& in, const fs::path& out, const QuantizeO
   std::sort(names.begin(), names.end(), natural_less);
   prepare_out_dir(out);
   ModelWriter writer(out, o.max_shard_bytes);
-  const int min_zero = f.packing == Packing::gptq_v1 ? 1 : 0;
+  const int min_zero = detail::packing_unit(f.packing).min_zero;
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     Tensor t = src->tensor(name);
@@ -314,7 +296,7 @@ void quantize_model_dir(const fs::path& in, const fs::path& out, const QuantizeO
     }
     const std::string layer = name.substr(0, name.size() - 7);
     if (progress) progress(i, names.size(), layer);
-    CanonicalLinear w = quantize_rtn(layer, t, o.group_size, o.symmetric, o.act_order, o.dtype, min_zero);
+    CanonicalLinear w = quantize_rtn(layer, t, o.group_size, o.symmetric, o.act_order, o.dtype, min_zero, o.bits);
     Tensor bias = src->tensor(layer + ".bias");
     if (!bias.empty()) {
       w.spec.has_bias = true;

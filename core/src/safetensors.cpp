@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "input.h"
 #include "nibble/error.h"
 
 namespace nibble {
@@ -46,21 +47,11 @@ const char* safetensors_dtype_name(DType t) {
 }
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path, const SafetensorsLimits& limits) {
-  const std::string origin = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(Errc::io, fmt::format("{}: cannot open: {}", origin, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(Errc::io, fmt::format("{}: not a regular file", origin));
-  }
-  const std::size_t size = std::size_t(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    bad(origin, fmt::format("truncated: {} bytes, expected at least 8 (the header length)", size));
-  }
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  const std::string origin = detail::printable(path.string());
+  detail::RegularFile file(path, "safetensors file");  // a FIFO or device is refused, never waited on
+  const std::size_t size = file.size;
+  if (size < 8) bad(origin, fmt::format("truncated: {} bytes, expected at least 8 (the header length)", size));
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd, 0);
   if (p == MAP_FAILED) throw Error(Errc::io, fmt::format("{}: mmap failed: {}", origin, std::strerror(errno)));
   std::shared_ptr<const void> owner(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
   return parse(static_cast<const uint8_t*>(p), size, std::move(owner), origin, limits);
@@ -77,12 +68,9 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
                                          limits.max_header_bytes));
   if (hlen > size - 8)
     bad(origin, fmt::format("truncated: header says {} bytes but the file has {} after the length", hlen, size - 8));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(data + 8, data + 8 + hlen);
-  } catch (const nlohmann::json::exception& e) {
-    bad(origin, fmt::format("header is not valid JSON: {}", e.what()));
-  }
+  // A header is {name: {dtype, shape: [...], data_offsets: [...]}}: 3 levels; __metadata__ 2.
+  const nlohmann::json header =
+      detail::parse_json(std::string_view(reinterpret_cast<const char*>(data + 8), std::size_t(hlen)), origin + ": header", 4);
   if (!header.is_object()) bad(origin, "header is not a JSON object");
   if (header.size() > limits.max_tensors)
     throw Error(Errc::limit, fmt::format("{}: {} header entries exceed the limit of {}", origin, header.size(), limits.max_tensors));
@@ -102,8 +90,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
       }
       continue;
     }
-    const std::string tname = name;  // (clang 14 cannot capture structured bindings)
+    const std::string tname = detail::printable(name);  // (clang 14 cannot capture structured bindings)
     auto where = [&](const std::string& what) { bad(origin, fmt::format("tensor '{}': {}", tname, what)); };
+    // A name is printed into listings and messages: control characters would let a file forge them.
+    for (unsigned char ch : name)
+      if (ch < 0x20 || ch == 0x7f) where("the name holds a control character (names are printed; refused)");
     if (!entry.is_object()) where("entry is not an object");
     TensorInfo ti;
     ti.name = name;
@@ -114,12 +105,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
     for (const auto& d : kDtypes)
       if (ti.dtype_name == d.name) ti.dtype = d.dtype, esize = dtype_size(d.dtype);
     if (!esize) esize = foreign_dtype_size(ti.dtype_name);
-    if (!esize) where(fmt::format("unknown dtype '{}'", ti.dtype_name));
+    if (!esize) where(fmt::format("unknown dtype '{}'", detail::printable(ti.dtype_name, 32)));
     const auto sh = entry.find("shape");
     if (sh == entry.end() || !sh->is_array()) where("missing array 'shape'");
     if (sh->size() > limits.max_rank) where(fmt::format("rank {} exceeds the limit of {}", sh->size(), limits.max_rank));
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) where(fmt::format("shape {} holds something other than a non-negative integer", sh->dump()));
+      if (!d.is_number_unsigned()) where(fmt::format("shape {} holds something other than a non-negative integer", detail::printable_json(*sh)));
       const uint64_t v = d.get<uint64_t>();
       if (v > uint64_t(INT64_MAX)) where(fmt::format("dimension {} too large", v));
       ti.shape.push_back(int64_t(v));
@@ -140,9 +131,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
     if (ti.end > f->data_size_)
       where(fmt::format("data_offsets [{}, {}] end past the data section of {} bytes (truncated file?)", ti.begin,
                         ti.end, f->data_size_));
-    if (uint64_t(numel) > (UINT64_MAX / esize) || ti.end - ti.begin != uint64_t(numel) * esize)
-      where(fmt::format("{} {} needs {} bytes but data_offsets [{}, {}] span {}", ti.dtype_name, shape_str(ti.shape),
-                        uint64_t(numel) * esize, ti.begin, ti.end, ti.end - ti.begin));
+    if (uint64_t(numel) > (UINT64_MAX / esize))
+      throw Error(Errc::limit, fmt::format("{}: tensor '{}': {} {} needs more than 2^64 bytes", origin, tname,
+                                           detail::printable(ti.dtype_name, 16), shape_str(ti.shape)));
+    if (ti.end - ti.begin != uint64_t(numel) * esize)
+      where(fmt::format("{} {} needs {} bytes but data_offsets [{}, {}] span {}", detail::printable(ti.dtype_name, 16),
+                        shape_str(ti.shape), uint64_t(numel) * esize, ti.begin, ti.end, ti.end - ti.begin));
     f->tensors_.push_back(std::move(ti));
   }
   // No two tensors may share bytes.

@@ -40,6 +40,31 @@ int32_t guarded(char* msg, size_t cap, F&& f) noexcept {
   }
 }
 
+inline const char* weight_type_str(int32_t t) {
+  switch (t) {
+    case NIBBLE_WT_UINT4: return "uint4";
+    case NIBBLE_WT_UINT4B8: return "uint4b8";
+    case NIBBLE_WT_UINT8: return "uint8";
+    case NIBBLE_WT_UINT8B128: return "uint8b128";
+    case NIBBLE_WT_UINT2: return "uint2";
+    case NIBBLE_WT_UINT2B2: return "uint2b2";
+    case NIBBLE_WT_UINT3: return "uint3";
+    case NIBBLE_WT_UINT3B4: return "uint3b4";
+    default: return "invalid";
+  }
+}
+
+/// "2, 4, 8" for the bits set in `mask` (bit widths or weight types, by `names`).
+inline std::string mask_str(uint32_t mask, const char* (*names)(int32_t) = nullptr) {
+  std::string out;
+  for (int32_t i = 0; i < 32; ++i)
+    if (mask & (1u << i)) {
+      if (!out.empty()) out += ", ";
+      out += names ? names(i) : std::to_string(i);
+    }
+  return out.empty() ? "none" : out;
+}
+
 inline const char* dtype_str(int32_t d) {
   switch (d) {
     case NIBBLE_DTYPE_F16: return "f16";
@@ -58,9 +83,14 @@ inline int32_t check_caps(const nibble_capabilities& c, const nibble_linear_spec
     return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "expected positive K and N, found K=%lld N=%lld",
                 (long long)s->k, (long long)s->n);
   if (s->bits < 0 || s->bits > 31 || !(c.bits & (1u << s->bits)))
-    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "%d-bit weights not supported", s->bits);
+    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "%d-bit weights not supported (runs %s bits)", s->bits,
+                mask_str(c.bits).c_str());
   if (s->weight_type <= 0 || s->weight_type > 31 || !(c.weight_types & NIBBLE_WT_BIT(s->weight_type)))
-    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "weight type %d not supported", s->weight_type);
+    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "weight type %s not supported (runs %s)",
+                weight_type_str(s->weight_type), mask_str(c.weight_types, weight_type_str).c_str());
+  if (nibble_weight_type_bits(s->weight_type) != s->bits)
+    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "weight type %s has %d bits, but the spec says bits = %d",
+                weight_type_str(s->weight_type), nibble_weight_type_bits(s->weight_type), s->bits);
   if (s->act_dtype <= 0 || s->act_dtype > 31 || !(c.act_dtypes & NIBBLE_DTYPE_BIT(s->act_dtype)))
     return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "activation dtype %s not supported", dtype_str(s->act_dtype));
   if (s->scale_dtype != NIBBLE_DTYPE_F16 && s->scale_dtype != NIBBLE_DTYPE_BF16 &&
@@ -84,12 +114,13 @@ inline int32_t check_io(const nibble_tensor* t, const char* name, int32_t dtype,
                         char* msg, size_t cap) {
   if (!t || !t->data)
     return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "tensor '%s' is missing", name);
-  if (t->dtype != dtype || t->ndim != 2 || t->shape[1] != inner || t->shape[0] < 1 ||
-      (rows >= 0 && t->shape[0] != rows))
-    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap,
-                "tensor '%s': expected %s [%lld, %lld], found %s of rank %d [%lld, %lld]", name,
-                dtype_str(dtype), (long long)(rows >= 0 ? rows : t->shape[0]), (long long)inner,
-                dtype_str(t->dtype), t->ndim, (long long)t->shape[0], (long long)t->shape[1]);
+  if (t->ndim != 2)
+    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "tensor '%s': expected rank 2, found rank %d", name, t->ndim);
+  const std::string want_rows = rows >= 0 ? std::to_string(rows) : "M >= 1";
+  if (t->dtype != dtype || t->shape[1] != inner || t->shape[0] < 1 || (rows >= 0 && t->shape[0] != rows))
+    return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "tensor '%s': expected %s [%s, %lld], found %s [%lld, %lld]",
+                name, dtype_str(dtype), want_rows.c_str(), (long long)inner, dtype_str(t->dtype),
+                (long long)t->shape[0], (long long)t->shape[1]);
   return NIBBLE_OK;
 }
 

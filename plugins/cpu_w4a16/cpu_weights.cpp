@@ -121,6 +121,13 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   return cw;
 }
 
+void read_x_through(CpuWeights& w, const std::vector<int32_t>& x_rows, int64_t real_k) {
+  w.k = real_k;
+  if (x_rows.empty()) return;
+  for (int32_t& r : w.row_src) r = r < 0 ? -1 : x_rows[size_t(r)];
+  w.identity_rows = false;
+}
+
 float CpuWeights::scale(int64_t t, int64_t g, int64_t c) const {
   const size_t o = size_t((t * groups + g) * kTileN + c);
   switch (scale_type) {

@@ -106,6 +106,11 @@ struct CpuWeights {
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w,
                                CodeOrder order = CodeOrder::kRows);
 
+/// Makes `w`, prepared from a layer's nibble planes (plugins/common/nibble_planes.h), read the real
+/// layer's x: row_src maps padded rows to real rows through `x_rows` (virtual row -> real row,
+/// -1 = zero; empty = the same rows), and k becomes the real K.
+void read_x_through(CpuWeights& w, const std::vector<int32_t>& x_rows, int64_t real_k);
+
 /// Dequantizes rows [line0*8, line1*8) x columns of tile t into dst [rows][16] (f32), for the
 /// oneDNN path and for tests of the layout.
 void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line1, float* dst);

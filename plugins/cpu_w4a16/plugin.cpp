@@ -20,6 +20,7 @@
 #include "kernels.h"
 #include "nibble/dtype.h"
 #include "nibble/plugin_abi.h"
+#include "nibble_planes.h"
 #include "plugin_support.h"
 
 namespace nibble::cpu {
@@ -31,8 +32,11 @@ using plugin::guarded;
 nibble_capabilities make_caps() {
   nibble_capabilities c{};
   c.formats = NIBBLE_FORMATS_ALL;
-  c.weight_types = NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8);
-  c.bits = 1u << 4;
+  // 2, 3 and 8 bits run on the 4-bit kernels as nibble planes (plugins/common/nibble_planes.h).
+  for (int32_t t : {NIBBLE_WT_UINT4, NIBBLE_WT_UINT4B8, NIBBLE_WT_UINT8, NIBBLE_WT_UINT8B128, NIBBLE_WT_UINT2,
+                    NIBBLE_WT_UINT2B2, NIBBLE_WT_UINT3, NIBBLE_WT_UINT3B4})
+    c.weight_types |= NIBBLE_WT_BIT(t);
+  c.bits = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 8);
   c.act_dtypes = NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_F16) | NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_BF16) |
                  NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_F32);
   const int32_t gs[] = {32, 64, 128, 256, -1};
@@ -136,7 +140,13 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
       p->kernel = best_fused_kernel(s->act_dtype);
-      p->w = prepare_cpu_weights(*s, *w, p->kernel.order);
+      if (plugin::needs_nibble_planes(*s)) {
+        const plugin::NibblePlanes planes = plugin::make_nibble_planes(*s, *w);
+        p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->kernel.order);
+        read_x_through(p->w, planes.x_rows, planes.real_k);
+      } else {
+        p->w = prepare_cpu_weights(*s, *w, p->kernel.order);
+      }
       p->onednn = std::make_unique<OnednnPath>(p->w, s->act_dtype == NIBBLE_DTYPE_BF16);
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
@@ -350,7 +360,7 @@ const nibble_plugin_api kApi = {
     /* .name = */ "cpu_w4a16",
     /* .version = */ NIBBLE_VERSION_STRING,
     /* .platform = */ "cpu",
-    /* .description = */ "W4A16 on x86-64 CPUs: fused int4 kernels for small M, oneDNN for large M",
+    /* .description = */ "2/3/4/8-bit weights, 16-bit activations on x86-64 CPUs: fused kernels for small M, oneDNN for large M",
     /* .priority = */ 10,
     /* .caps = */ kCaps,
     /* .probe = */ probe,

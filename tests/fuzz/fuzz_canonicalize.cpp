@@ -73,10 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (r.byte() & 1) t["bias"] = filled(r, nibble::DType::f16, {dims(n)});
   try {
-    nibble::CanonicalLinear w = nibble::canonicalize("fuzz.layer", s, [&](const std::string& suffix) {
-      auto it = t.find(suffix);
-      return it == t.end() ? nibble::Tensor() : it->second;
-    }, nibble::DType::f16);
+    nibble::CanonicalLinear w = nibble::canonicalize("fuzz.layer", s, nibble::TensorSource::from_map(t), nibble::DType::f16);
     nibble::validate(w);
     nibble::Tensor x = nibble::random_activations(2, w.spec.k, nibble::DType::f16, 1);
     (void)nibble::reference_linear(w, x);

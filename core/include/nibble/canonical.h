@@ -1,10 +1,14 @@
 // CanonicalLinear: the one weight layout every checkpoint format is converted into and every
-// backend accepts, so that a format bug can live in exactly one place (core/src/formats_*.cpp).
+// backend accepts, so that a format bug can live in exactly one place (core/src/formats/).
 //
-// Layout (K = spec.k, N = spec.n, groups = spec.num_groups()):
-//   qweight  u32 [ceil(K/8), N]  packed along K: nibble j of row r holds the code of k = 8r + j;
-//                                rows past K are zero padding
-//   zeros    u8  [groups, N]     true zero points 0..15 (GPTQ v2 meaning); empty for uint4b8
+// Layout (K = spec.k, N = spec.n, b = spec.bits in {2, 3, 4, 8}, groups = spec.num_groups()):
+//   qweight  u32 [ceil(K*b/32), N]  packed along K: each column is a little-endian bit stream down
+//                                   its words, the code of row k at stream bits b*k .. b*k+b-1
+//                                   (4 bits: nibble j of row r is k = 8r + j; 3 bits: codes 10 and
+//                                   21 of every 32 straddle two words, as GPTQ packs them); stream
+//                                   bits past K*b are zero
+//   zeros    u8  [groups, N]     true zero points 0..2^b-1 (GPTQ v2 meaning); empty for the
+//                                symmetric types (zero 2^(b-1))
 //   scales   f16|bf16|f32 [groups, N]
 //   g_idx    i32 [K]             group of each input row; empty unless act order
 //   bias     act dtype [N]       optional
@@ -27,16 +31,23 @@ struct CanonicalLinear {
   Tensor g_idx;
   Tensor bias;
 
-  /// Stored 4-bit code of element (k, n).
+  /// Stored code of element (k, n).
   uint8_t code(int64_t k, int64_t n) const noexcept {
-    const uint32_t word = qweight.data_as<uint32_t>()[(k / 8) * spec.n + n];
-    return uint8_t((word >> (4 * (k % 8))) & 0xfu);
+    return stream_code(qweight.data_as<uint32_t>() + n, spec.n, k, spec.bits);
+  }
+  /// Code `k` of a column's bit stream of `bits`-bit codes, whose words lie `stride` words apart.
+  static uint8_t stream_code(const uint32_t* column, int64_t stride, int64_t k, int bits) noexcept {
+    const int64_t bit = int64_t(bits) * k, r = bit >> 5;
+    const int shift = int(bit & 31);
+    uint64_t v = column[r * stride] >> shift;
+    if (shift + bits > 32) v |= uint64_t(column[(r + 1) * stride]) << (32 - shift);
+    return uint8_t(v & ((1u << bits) - 1));
   }
   int64_t group_of(int64_t k) const noexcept {
     return g_idx.empty() ? k / spec.effective_group() : g_idx.data_as<int32_t>()[k];
   }
   uint8_t zero(int64_t g, int64_t n) const noexcept {
-    return zeros.empty() ? uint8_t(8) : zeros.data_as<uint8_t>()[g * spec.n + n];
+    return zeros.empty() ? uint8_t(symmetric_zero(spec.weight_type)) : zeros.data_as<uint8_t>()[g * spec.n + n];
   }
   double scale(int64_t g, int64_t n) const noexcept { return scales.at(std::size_t(g * spec.n + n)); }
   /// Dequantized w[k, n], exact in double.
@@ -49,14 +60,17 @@ struct CanonicalLinear {
   nibble_canonical_weights to_abi() const noexcept;
 };
 
-/// Checks every tensor's dtype and shape against spec, zero points in 0..15 and g_idx values in
-/// [0, groups). Throws Errc::format naming the layer, the tensor, the expected and the found value.
+/// Checks the spec (bits agree with the weight type, positive sizes, group size), every tensor's
+/// dtype and shape, zero points in 0..2^b-1, zero stream bits past K, finite scales and g_idx values
+/// in [0, groups). Throws Errc::format naming the layer, the tensor, the expected and the found value.
 void validate(const CanonicalLinear& w);
 
-/// Packs codes u8 [K, N] (0..15) into the canonical qweight u32 [ceil(K/8), N].
-Tensor pack_codes_k(const Tensor& codes_kn);
+/// Rows of the canonical qweight of K codes of `bits` bits: ceil(K * bits / 32).
+inline int64_t packed_rows(int64_t k, int bits) noexcept { return (k * bits + 31) / 32; }
+/// Packs codes u8 [K, N] (each < 2^bits) into the canonical qweight u32 [packed_rows(K, bits), N].
+Tensor pack_codes_k(const Tensor& codes_kn, int bits = 4);
 /// Unpacks a canonical qweight back into codes u8 [K, N].
-Tensor unpack_codes_k(const Tensor& qweight, int64_t k);
+Tensor unpack_codes_k(const Tensor& qweight, int64_t k, int bits = 4);
 
 /// Dequantized weight as f32 [K, N] (each element computed exactly in double, then rounded once).
 Tensor dequantize(const CanonicalLinear& w);

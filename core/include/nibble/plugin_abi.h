@@ -83,13 +83,47 @@ typedef enum nibble_dtype {
 } nibble_dtype;
 #define NIBBLE_DTYPE_BIT(d) (1u << (unsigned)(d))
 
-/** Weight types, named as vLLM's scalar types are. */
+/** Weight types, named as vLLM's scalar types are: uint{b} has a per-group zero point,
+ *  w = s * (q - z); uint{b}b{2^(b-1)} is symmetric, stored code = value + 2^(b-1), w = s * (q - 2^(b-1)),
+ *  no zero points. The type fixes the bit width (nibble_weight_type_bits), which the spec repeats. */
 typedef enum nibble_weight_type {
   NIBBLE_WT_INVALID = 0,
-  NIBBLE_WT_UINT4 = 1,   /* unsigned 4-bit code with a per-group zero point: w = s * (q - z) */
-  NIBBLE_WT_UINT4B8 = 2  /* symmetric: stored code = value + 8, i.e. w = s * (q - 8), no zero points */
+  NIBBLE_WT_UINT4 = 1,
+  NIBBLE_WT_UINT4B8 = 2,
+  /* appended in revision 1.2 */
+  NIBBLE_WT_UINT8 = 3,
+  NIBBLE_WT_UINT8B128 = 4,
+  NIBBLE_WT_UINT2 = 5,
+  NIBBLE_WT_UINT2B2 = 6,
+  NIBBLE_WT_UINT3 = 7,
+  NIBBLE_WT_UINT3B4 = 8
 } nibble_weight_type;
 #define NIBBLE_WT_BIT(t) (1u << (unsigned)(t))
+
+/** Bit width of a weight type (2, 3, 4 or 8), or 0 for an invalid one. */
+static inline int32_t nibble_weight_type_bits(int32_t t) {
+  switch (t) {
+    case NIBBLE_WT_UINT2: case NIBBLE_WT_UINT2B2: return 2;
+    case NIBBLE_WT_UINT3: case NIBBLE_WT_UINT3B4: return 3;
+    case NIBBLE_WT_UINT4: case NIBBLE_WT_UINT4B8: return 4;
+    case NIBBLE_WT_UINT8: case NIBBLE_WT_UINT8B128: return 8;
+    default: return 0;
+  }
+}
+/** 1 for the symmetric types (no zero points; the zero is 2^(bits-1)). */
+static inline int32_t nibble_weight_type_symmetric(int32_t t) {
+  return t == NIBBLE_WT_UINT2B2 || t == NIBBLE_WT_UINT3B4 || t == NIBBLE_WT_UINT4B8 || t == NIBBLE_WT_UINT8B128;
+}
+/** The weight type of `bits` (2, 3, 4, 8) codes, symmetric or with zero points; NIBBLE_WT_INVALID otherwise. */
+static inline int32_t nibble_weight_type_of(int32_t bits, int32_t symmetric) {
+  switch (bits) {
+    case 2: return symmetric ? NIBBLE_WT_UINT2B2 : NIBBLE_WT_UINT2;
+    case 3: return symmetric ? NIBBLE_WT_UINT3B4 : NIBBLE_WT_UINT3;
+    case 4: return symmetric ? NIBBLE_WT_UINT4B8 : NIBBLE_WT_UINT4;
+    case 8: return symmetric ? NIBBLE_WT_UINT8B128 : NIBBLE_WT_UINT8;
+    default: return NIBBLE_WT_INVALID;
+  }
+}
 
 /** The checkpoint format a layer came from. Informative: the canonical form hides it. */
 typedef enum nibble_format {
@@ -126,7 +160,7 @@ typedef struct nibble_linear_spec {
   int64_t full_k;           /* input features before tensor-parallel slicing */
   int64_t full_n;           /* output features before tensor-parallel slicing */
   int32_t parallel;         /* nibble_parallel */
-  int32_t bits;             /* weight bits; 4 for every scheme nibble defines today */
+  int32_t bits;             /* weight bits: 2, 3, 4 or 8, as weight_type says */
   int32_t group_size;       /* G along K; -1 = one group spanning all of K (per channel) */
   int32_t weight_type;      /* nibble_weight_type */
   int32_t act_dtype;        /* dtype of X, Y and bias */
@@ -154,11 +188,15 @@ static inline int64_t nibble_spec_num_groups(const nibble_linear_spec* s) {
 }
 
 /** The canonical weight form, in host memory, borrowed for the duration of process_weights.
- *  Let groups = nibble_spec_num_groups(spec).
- *  - qweight  uint32 [ceil(k/8), n]: packed along K; nibble j (bits 4j..4j+3) of row r is k = 8r+j;
- *             rows past k are zero padding.
- *  - zeros    uint8  [groups, n]: the true zero point (0..15) of each group, or NULL for UINT4B8
- *             (whose zero is the constant 8).
+ *  Let groups = nibble_spec_num_groups(spec) and b = spec->bits.
+ *  - qweight  uint32 [ceil(k*b/32), n]: packed along K. Each column n is a little-endian bit
+ *             stream down its words (word r of the column holds stream bits 32r..32r+31): the code
+ *             of row k occupies stream bits b*k .. b*k+b-1. For b = 2, 4, 8 a word holds 32/b whole
+ *             codes (at 4 bits: nibble j of word r is k = 8r+j, GPTQ's packing); for b = 3 every 3
+ *             words hold 32 codes and codes 10 and 21 of each 32 straddle two words (GPTQ's 3-bit
+ *             packing). Stream bits past k*b are zero.
+ *  - zeros    uint8  [groups, n]: the true zero point (0..2^b-1) of each group, or NULL for the
+ *             symmetric types (whose zero is the constant 2^(b-1)).
  *  - scales   [groups, n] in spec->scale_dtype.
  *  - g_idx    int32  [k]: group of each input row, present only for act order (NULL otherwise,
  *             where the group of row k is k / group_size).
@@ -178,7 +216,7 @@ typedef struct nibble_canonical_weights {
 typedef struct nibble_capabilities {
   uint32_t formats;         /* NIBBLE_FORMAT_BIT mask of accepted source formats, or NIBBLE_FORMATS_ALL */
   uint32_t weight_types;    /* NIBBLE_WT_BIT mask */
-  uint32_t bits;            /* mask of bit widths: (1u << 4) for 4-bit */
+  uint32_t bits;            /* mask of bit widths: (1u << b) for each b in {2, 3, 4, 8} it runs */
   uint32_t act_dtypes;      /* NIBBLE_DTYPE_BIT mask of activation dtypes */
   int32_t group_sizes[NIBBLE_MAX_GROUP_SIZES]; /* supported G values; -1 = per channel */
   uint32_t num_group_sizes; /* entries used in group_sizes */

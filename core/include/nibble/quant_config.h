@@ -1,4 +1,5 @@
-// quantization_config: what config.json says about how each layer is quantized.
+// quantization_config: what config.json says about how each layer is quantized. The formats that
+// read it are units of core/src/formats/ (docs/formats.md); this is the result they share.
 #pragma once
 
 #include <string>
@@ -9,11 +10,12 @@
 namespace nibble {
 
 /// The on-disk tensor layout of a quantized layer (the packing, not the tool that made it).
+/// b = bits; "along K/N" = codes packed as a little-endian bit stream in that direction.
 enum class Packing {
-  gptq_v1,             ///< qweight [K/8, N], qzeros [K/G, N/8] storing z - 1, scales, g_idx
+  gptq_v1,             ///< qweight [K*b/32, N] along K, qzeros [K/G, N*b/32] along N storing z - 1, scales, g_idx
   gptq_v2,             ///< as v1, qzeros storing z
-  awq_gemm,            ///< qweight [K, N/8] interleaved, qzeros [K/G, N/8] interleaved, scales
-  compressed_tensors,  ///< weight_packed [N, K/8], weight_scale [N, K/G], weight_zero_point [N/8, K/G]
+  awq_gemm,            ///< 4-bit: qweight [K, N/8] interleaved along N, qzeros [K/G, N/8] interleaved, scales
+  compressed_tensors,  ///< weight_packed [N, K*b/32] along K, weight_scale [N, K/G], weight_zero_point [N*b/32, K/G]
 };
 const char* packing_name(Packing p) noexcept;
 
@@ -21,13 +23,14 @@ const char* packing_name(Packing p) noexcept;
 struct LayerScheme {
   enum class Kind { quantized, unquantized, unsupported };
   Kind kind = Kind::unquantized;
-  std::string reason;          ///< why unquantized / unsupported, naming the config key
+  std::string reason;          ///< why unquantized / unsupported, naming the config key or tensor
   Format format = Format::unknown;  ///< the tool family, for reports
   Packing packing = Packing::gptq_v1;
-  int bits = 4;
+  int bits = 4;                ///< 2, 3, 4 or 8 where quantized
   int group_size = 128;        ///< -1 = per channel
   bool symmetric = true;
   bool act_order = false;      ///< the config promises a g_idx (desc_act / actorder: group)
+  std::string origin = "quantization_config";  ///< the config key this layer's scheme comes from
 };
 
 class QuantConfig {
@@ -39,33 +42,39 @@ class QuantConfig {
   /// The scheme of the linear layer `name` (e.g. "model.layers.0.mlp.down_proj").
   LayerScheme scheme_for(const std::string& name) const;
 
-  Format format() const noexcept { return format_; }
-  /// One line: "gptq v1, 4-bit, G128, symmetric, desc_act".
-  const std::string& summary() const noexcept { return summary_; }
+  Format format() const noexcept { return rules_.format; }
+  /// One line: "gptq, gptq (v1 zeros), 4-bit, G128, symmetric".
+  const std::string& summary() const noexcept { return rules_.summary; }
   /// The dtype config.json declares (torch_dtype / dtype), f16 if absent.
   DType model_dtype() const noexcept { return model_dtype_; }
 
   struct Override {             ///< a per-layer rule (extra_config, dynamic, config_groups)
-    std::string pattern;        ///< exact name, glob, or "re:" regex
+    std::string pattern;        ///< exact name, or a regex searched in the name (regex_search), or a target
     bool regex_search = false;  ///< match anywhere in the name (AutoRound keys, GPTQModel dynamic)
     bool skip = false;          ///< leaves the layer unquantized
     LayerScheme scheme;
     std::string origin;         ///< the config key, for reasons
   };
 
+  /// What a format unit reads from a quantization_config (core/src/formats/unit.h).
+  struct Rules {
+    Format format = Format::unknown;
+    std::string summary = "not quantized";
+    LayerScheme base;                         ///< the default of quantized layers
+    bool has_base = false;
+    std::vector<std::string> not_converted;   ///< name substrings left unquantized (AWQ modules_to_not_convert)
+    std::vector<std::string> ignore;          ///< names or "re:" patterns left unquantized (compressed-tensors)
+    std::vector<std::string> block_prefixes;  ///< only layers inside these are quantized (AutoRound)
+    bool quantize_lm_head = false;
+    std::vector<Override> overrides;          ///< per-layer changes of base; every match applies, in order
+    std::vector<Override> targets;            ///< compressed-tensors config_groups targets: the first match decides
+    bool by_targets = false;                  ///< layers are quantized only through `targets`
+    std::string unsupported;                  ///< set when the whole config is one nibble does not run
+  };
+
  private:
-  Format format_ = Format::unknown;
-  std::string summary_ = "not quantized";
+  Rules rules_;
   DType model_dtype_ = DType::f16;
-  LayerScheme base_;                      // the default for quantized layers
-  bool has_base_ = false;
-  std::vector<std::string> not_converted_;  // substrings (AWQ modules_to_not_convert)
-  std::vector<std::string> ignore_;         // names or "re:" (compressed-tensors ignore)
-  std::vector<std::string> block_prefixes_; // AutoRound block_name_to_quantize
-  bool quantize_lm_head_ = false;
-  std::vector<Override> overrides_;
-  std::vector<Override> targets_;           // compressed-tensors config_groups, first match wins
-  std::string unsupported_;                 // set when the whole config is unsupported
 };
 
 }  // namespace nibble

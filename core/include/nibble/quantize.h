@@ -13,14 +13,15 @@
 
 namespace nibble {
 
-/// Round-to-nearest quantization of one weight [N, K] (Hugging Face layout: out x in).
-/// Symmetric: s = 2 max|w| / 15, z = 8 (GPTQ's rule). Asymmetric: the range [min(w, 0), max(w, 0)]
-/// is split in 15 steps, z = round(-min / s) clamped to [min_zero, 15] (min_zero = 1 for GPTQ v1,
-/// which cannot store 0). Act order: rows are visited by descending column energy sum_n w^2 and
-/// the i-th row visited joins group i / G (what GPTQ's desc_act writes). Scales are rounded to
-/// scale_dtype first and the codes computed with the rounded scales.
+/// Round-to-nearest quantization of one weight [N, K] (Hugging Face layout: out x in) to `bits`
+/// (2, 3, 4 or 8) bits, maxq = 2^bits - 1. Symmetric: s = 2 max|w| / maxq, z = 2^(bits-1) (GPTQ's
+/// rule). Asymmetric: the range [min(w, 0), max(w, 0)] is split in maxq steps, z = round(-min / s)
+/// clamped to [min_zero, maxq] (min_zero = 1 for GPTQ v1, which cannot store 0). Act order: rows
+/// are visited by descending column energy sum_n w^2 and the i-th row visited joins group i / G
+/// (what GPTQ's desc_act writes). Scales are rounded to scale_dtype first and the codes computed
+/// with the rounded scales.
 CanonicalLinear quantize_rtn(const std::string& name, const Tensor& weight_nk, int group_size, bool symmetric,
-                             bool act_order, DType scale_dtype, int min_zero = 0);
+                             bool act_order, DType scale_dtype, int min_zero = 0, int bits = 4);
 
 /// A checkpoint format nibble can write, by its command-line name.
 struct OutputFormat {
@@ -33,6 +34,7 @@ std::vector<std::string> output_format_names();
 
 struct QuantizeOptions {
   std::string format = "gptq";
+  int bits = 4;                   ///< 2, 3, 4 or 8, as the format allows
   int group_size = 128;
   bool symmetric = true;
   bool act_order = false;

@@ -9,10 +9,27 @@
 
 namespace nibble {
 
+/// uint{b}: b-bit codes with per-group zero points; uint{b}b{2^(b-1)}: symmetric, code - 2^(b-1).
 enum class WeightType : int32_t {
-  uint4 = NIBBLE_WT_UINT4,      ///< 4-bit codes with per-group zero points
-  uint4b8 = NIBBLE_WT_UINT4B8,  ///< symmetric 4-bit: code - 8, no zero points
+  uint4 = NIBBLE_WT_UINT4,
+  uint4b8 = NIBBLE_WT_UINT4B8,
+  uint8 = NIBBLE_WT_UINT8,
+  uint8b128 = NIBBLE_WT_UINT8B128,
+  uint2 = NIBBLE_WT_UINT2,
+  uint2b2 = NIBBLE_WT_UINT2B2,
+  uint3 = NIBBLE_WT_UINT3,
+  uint3b4 = NIBBLE_WT_UINT3B4,
 };
+
+/// Bit width of a weight type (2, 3, 4, 8).
+inline int32_t weight_type_bits(WeightType t) noexcept { return nibble_weight_type_bits(int32_t(t)); }
+/// True for the symmetric types (no zero points).
+inline bool weight_type_symmetric(WeightType t) noexcept { return nibble_weight_type_symmetric(int32_t(t)) != 0; }
+/// The type of `bits`-bit codes (2, 3, 4 or 8), symmetric or with zero points. Throws
+/// Errc::unsupported for another width.
+WeightType weight_type_of(int32_t bits, bool symmetric);
+/// The zero point of a symmetric type: 2^(bits-1).
+inline int32_t symmetric_zero(WeightType t) noexcept { return 1 << (weight_type_bits(t) - 1); }
 
 enum class Format : int32_t {
   unknown = NIBBLE_FORMAT_UNKNOWN,
@@ -29,7 +46,7 @@ enum class Parallel : int32_t {
   row = NIBBLE_PARALLEL_ROW,
 };
 
-const char* weight_type_name(WeightType t) noexcept;  // "uint4", "uint4b8"
+const char* weight_type_name(WeightType t) noexcept;  // "uint4", "uint4b8", "uint8b128", ...
 const char* format_name(Format f) noexcept;           // "gptq", "gptq_v2", "awq", ...
 const char* parallel_name(Parallel p) noexcept;       // "none", "column", "row"
 
@@ -41,7 +58,7 @@ struct LinearSpec {
   int64_t full_k = 0;                ///< input features before tensor-parallel slicing (0 = k)
   int64_t full_n = 0;                ///< output features before tensor-parallel slicing (0 = n)
   Parallel parallel = Parallel::none;
-  int32_t bits = 4;
+  int32_t bits = 4;                  ///< 2, 3, 4 or 8: weight_type_bits(weight_type)
   int32_t group_size = 128;          ///< -1 = one group spanning K
   WeightType weight_type = WeightType::uint4b8;
   DType act_dtype = DType::f16;

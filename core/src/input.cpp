@@ -1,0 +1,103 @@
+// Bounded, checked reading of untrusted files and documents (input.h).
+#include "input.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "nibble/error.h"
+
+namespace nibble::detail {
+
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+RegularFile::RegularFile(const std::filesystem::path& path, std::string_view what) {
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    const int err = errno;
+    throw Error(err == ENOENT ? Errc::not_found : Errc::io,
+                fmt::format("{} {}: cannot open: {}", what, printable(path.string()), std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const mode_t m = st.st_mode;
+    ::close(fd);
+    fd = -1;
+    throw Error(Errc::io, fmt::format("{} {}: expected a regular file, found {}", what, printable(path.string()), file_kind(m)));
+  }
+  // Reads of a regular file never block; the flag only mattered for open().
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  size = std::size_t(st.st_size);
+}
+
+RegularFile::~RegularFile() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::string read_regular_file(const std::filesystem::path& path, std::size_t limit, std::string_view what) {
+  RegularFile f(path, what);
+  if (f.size > limit)
+    throw Error(Errc::limit, fmt::format("{} {}: {} bytes, more than the limit of {} bytes", what, printable(path.string()),
+                                         f.size, limit));
+  std::string text(f.size, '\0');
+  std::size_t done = 0;
+  while (done < f.size) {
+    const ssize_t got = ::read(f.fd, text.data() + done, f.size - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(Errc::io, fmt::format("{} {}: read failed: {}", what, printable(path.string()), std::strerror(errno)));
+    if (got == 0) break;  // shrank while reading
+    done += std::size_t(got);
+  }
+  text.resize(done);
+  return text;
+}
+
+nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth) {
+  // The callback sees the depth of every element as it is parsed, before anything deeper exists.
+  const nlohmann::json::parser_callback_t bound = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    if (depth > max_depth && (event == nlohmann::json::parse_event_t::object_start ||
+                              event == nlohmann::json::parse_event_t::array_start))
+      throw Error(Errc::format, fmt::format("{}: JSON nested deeper than {} levels", origin, max_depth));
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), bound);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, printable(std::string_view(e.what()))));
+  }
+}
+
+std::string printable(std::string_view s, std::size_t max) {
+  std::string out;
+  const std::size_t n = std::min(s.size(), max);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += char(c);
+  }
+  if (s.size() > max) out += fmt::format("... ({} bytes)", s.size());
+  return out;
+}
+
+std::string printable_json(const nlohmann::json& v, std::size_t max) {
+  // The depth is bounded (parse_json), so dump() cannot recurse deeply; its length is bounded here.
+  return printable(std::string_view(v.dump()), max);
+}
+
+}  // namespace nibble::detail
