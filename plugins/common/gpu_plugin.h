@@ -87,6 +87,33 @@ inline nibble_capabilities gpu_capabilities(uint32_t weight_types, uint32_t bits
   return c;
 }
 
+/// All weight types a GPU plugin running every width through nibble planes declares, for `bits`
+/// (a mask of 1 << b).
+inline uint32_t weight_types_of_bits(uint32_t bits) {
+  uint32_t t = 0;
+  if (bits & (1u << 2)) t |= NIBBLE_WT_BIT(NIBBLE_WT_UINT2) | NIBBLE_WT_BIT(NIBBLE_WT_UINT2B2);
+  if (bits & (1u << 3)) t |= NIBBLE_WT_BIT(NIBBLE_WT_UINT3) | NIBBLE_WT_BIT(NIBBLE_WT_UINT3B4);
+  if (bits & (1u << 4)) t |= NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8);
+  if (bits & (1u << 8)) t |= NIBBLE_WT_BIT(NIBBLE_WT_UINT8) | NIBBLE_WT_BIT(NIBBLE_WT_UINT8B128);
+  return t;
+}
+
+/// The x columns a plugin's packed rows read when a layer runs as nibble planes: `rows` maps each
+/// packed row to a row of the virtual 4-bit layer (-1: a zero row; empty: packed row r is virtual
+/// row r for r < virtual_k, zero after), `x_rows` each virtual row to a column of the real x (-1:
+/// zero; empty: the same column). Returns the composed map over `packed_rows` rows, or an empty
+/// one when it is the identity.
+inline std::vector<int32_t> compose_row_map(const std::vector<int32_t>& rows, int64_t packed_rows,
+                                            int64_t virtual_k, const std::vector<int32_t>& x_rows) {
+  if (x_rows.empty()) return rows;
+  std::vector<int32_t> out(static_cast<size_t>(packed_rows), -1);
+  for (int64_t r = 0; r < packed_rows; ++r) {
+    const int64_t v = rows.empty() ? (r < virtual_k ? r : -1) : rows[size_t(r)];
+    out[size_t(r)] = v < 0 ? -1 : x_rows[size_t(v)];
+  }
+  return out;
+}
+
 /// The device-memory, timing and bandwidth entry points of the ABI, for runtime R.
 template <class R>
 struct GpuRuntimeEntries {

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
+#include "gpu_plugin.h"
 #include "layout.h"
 
 namespace nibble::cuda {
@@ -82,6 +84,27 @@ int32_t plan_layout(const nibble_linear_spec& s, const int32_t* g_idx, LayoutPla
   }
   p.g_magic = upg == 1 ? 0u : uint32_t((uint64_t(1) << 32) / upg + 1);
   *out = std::move(p);
+  return NIBBLE_OK;
+}
+
+int32_t plan_layer(const nibble_linear_spec& s, const nibble_canonical_weights& w, PlannedLayer* out,
+                   std::string* why) {
+  PlannedLayer& p = *out;
+  p.spec = s;
+  p.weights = w;
+  if (plugin::needs_nibble_planes(s)) {
+    try {
+      p.planes = plugin::make_nibble_planes(s, w);
+    } catch (const std::invalid_argument& e) {
+      *why = "layer '" + layer(s) + "': " + e.what();
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    p.spec = p.planes->spec;
+    p.weights = p.planes->weights();
+  }
+  if (int32_t st = check_scales(p.spec, p.weights.scales, why)) return st;
+  if (int32_t st = plan_layout(p.spec, p.weights.g_idx, &p.lp, why)) return st;
+  p.x_map = p.planes ? plugin::compose_row_map(p.lp.perm, p.lp.k_pad, p.spec.k, p.planes->x_rows) : p.lp.perm;
   return NIBBLE_OK;
 }
 

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nibble/plugin_abi.h"
+#include "nibble_planes.h"
 
 namespace nibble::cuda {
 
@@ -39,6 +41,23 @@ inline int32_t plan_unit_group(int64_t u, uint32_t magic) {
 /// Plans the layout of `s` (g_idx: the canonical g_idx for act order, else null). NIBBLE_OK, or a
 /// status with a message naming the layer, the tensor, what was expected and what was found.
 int32_t plan_layout(const nibble_linear_spec& s, const int32_t* g_idx, LayoutPlan* out, std::string* why);
+
+/// A layer as process_weights uploads it: every width as a 4-bit layer (2 and 3 bits as one nibble
+/// plane, 8 bits as two; plugins/common/nibble_planes.h), its layout plan, and the x column each
+/// packed row reads.
+struct PlannedLayer {
+  std::optional<plugin::NibblePlanes> planes;  ///< set for widths other than 4
+  nibble_linear_spec spec{};                   ///< the 4-bit layer (the real one at 4 bits)
+  nibble_canonical_weights weights{};          ///< its canonical tensors (into `planes` or the caller's)
+  LayoutPlan lp;                               ///< lp.perm: packed row -> row of the 4-bit layer
+  /// Packed row -> column of the real x (-1: zero), [k_pad]; empty when x is read as it is.
+  std::vector<int32_t> x_map;
+};
+
+/// Plans `s` with canonical weights `w` (the real layer, any declared width). NIBBLE_OK, or a
+/// status with a message naming the layer, the tensor, what was expected and what was found.
+int32_t plan_layer(const nibble_linear_spec& s, const nibble_canonical_weights& w, PlannedLayer* out,
+                   std::string* why);
 
 /// Checks that every canonical scale is finite and fits the activation dtype (fp16 tops out at
 /// 65504). NIBBLE_OK or NIBBLE_ERR_UNSUPPORTED with the first scale that does not.

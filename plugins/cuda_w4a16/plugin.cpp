@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "layout.h"
 #include "layout_plan.h"
 #include "nibble/plugin_abi.h"
+#include "nibble_planes.h"
 #include "plan.h"
 #include "plugin_support.h"
 
@@ -79,8 +82,10 @@ struct CudaRuntime {
 using DeviceBuffer = plugin::DeviceBuffer<CudaRuntime>;
 #define NIBBLE_CUDA_TRY(call) NIBBLE_GPU_TRY(CudaRuntime, call)
 
-const nibble_capabilities kCaps =
-    plugin::gpu_capabilities(NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8), 1u << 4, 80);
+// Every width runs on the 4-bit kernels: 2 and 3 bits as one nibble plane, 8 bits as two
+// (plugins/common/nibble_planes.h), on every kernel of the menu.
+constexpr uint32_t kBits = (1u << 2) | (1u << 3) | (1u << 4) | (1u << 8);
+const nibble_capabilities kCaps = plugin::gpu_capabilities(plugin::weight_types_of_bits(kBits), kBits, 80);
 
 // ---- per-device state ---------------------------------------------------------------------------
 
@@ -146,8 +151,10 @@ struct Prepared {
   nibble_linear_spec spec{};
   Act act = Act::f16;
   int device = 0;
-  LayoutPlan lp;  // perm and gmap dropped after the upload
-  DeviceBuffer w, scale_rec, zero_rec, perm, bias;
+  int64_t x_k = 0;  // columns of x (the real layer's K; lp.k is the 4-bit layer's)
+  LayoutPlan lp;    // perm and gmap dropped after the upload
+  DeviceBuffer w, scale_rec, zero_rec, bias;
+  DeviceBuffer x_map;  // [k_pad] x column of each packed row (-1: zero), or none: x read as it is
 };
 
 ShapeFacts shape_facts(const Prepared& p) {
@@ -240,20 +247,26 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     if (!out || !cw) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null argument");
     *out = nullptr;
     if (int32_t st = can_implement(s, msg, cap)) return st;
-    const bool zp = s->weight_type == NIBBLE_WT_UINT4;
     if (!cw->qweight || !cw->scales)
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "layer '%s': qweight or scales missing",
                   s->layer_name);
-    if (zp != (cw->zeros != nullptr))
-      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "layer '%s': zeros %s for weight type %s",
-                  s->layer_name, zp ? "missing" : "present", zp ? "uint4" : "uint4b8");
     if (bool(s->has_bias) != (cw->bias != nullptr))
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "layer '%s': bias %s but has_bias=%d", s->layer_name,
                   cw->bias ? "present" : "missing", s->has_bias);
+    // Every width as a 4-bit layer (vs, vw), its rows reading x through the layer's x map.
+    PlannedLayer layer;
     std::string why;
-    if (int32_t st = check_scales(*s, cw->scales, &why)) return fail(st, msg, cap, "%s", why.c_str());
+    if (int32_t st = plan_layer(*s, *cw, &layer, &why)) return fail(st, msg, cap, "%s", why.c_str());
+    const nibble_linear_spec* vs = &layer.spec;
+    const nibble_canonical_weights& vw = layer.weights;
+    const bool zp = vs->weight_type == NIBBLE_WT_UINT4;
+    if (zp != (vw.zeros != nullptr))
+      return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "layer '%s': zeros %s for weight type %d",
+                  s->layer_name, zp ? "missing" : "present", s->weight_type);
     auto p = std::make_unique<Prepared>();
-    if (int32_t st = plan_layout(*s, cw->g_idx, &p->lp, &why)) return fail(st, msg, cap, "%s", why.c_str());
+    p->lp = std::move(layer.lp);
+    const std::vector<int32_t>& x_map = layer.x_map;
+    p->x_k = s->k;
     const cudaStream_t stream = static_cast<cudaStream_t>(stream_v);
     p->spec = *s;
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
@@ -264,36 +277,42 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     const LayoutPlan& lp = p->lp;
 
     // Upload the canonical tensors, repack on the device, free the uploads.
-    const int64_t groups = nibble_spec_num_groups(s);
-    const size_t qw_bytes = size_t((s->k + 7) / 8) * size_t(s->n) * 4;
-    const size_t sc_bytes = size_t(groups) * size_t(s->n) * dtype_size(s->scale_dtype);
+    const int64_t groups = nibble_spec_num_groups(vs);
+    const size_t qw_bytes = size_t((vs->k + 7) / 8) * size_t(vs->n) * 4;
+    const size_t sc_bytes = size_t(groups) * size_t(s->n) * dtype_size(vs->scale_dtype);
     DeviceBuffer d_qw, d_sc, d_z, d_gmap;
     NIBBLE_CUDA_TRY(d_qw.alloc(qw_bytes));
     NIBBLE_CUDA_TRY(d_sc.alloc(sc_bytes));
     NIBBLE_CUDA_TRY(d_gmap.alloc(lp.gmap.size() * 4));
-    NIBBLE_CUDA_TRY(cudaMemcpyAsync(d_qw.p, cw->qweight, qw_bytes, cudaMemcpyHostToDevice, stream));
-    NIBBLE_CUDA_TRY(cudaMemcpyAsync(d_sc.p, cw->scales, sc_bytes, cudaMemcpyHostToDevice, stream));
+    NIBBLE_CUDA_TRY(cudaMemcpyAsync(d_qw.p, vw.qweight, qw_bytes, cudaMemcpyHostToDevice, stream));
+    NIBBLE_CUDA_TRY(cudaMemcpyAsync(d_sc.p, vw.scales, sc_bytes, cudaMemcpyHostToDevice, stream));
     NIBBLE_CUDA_TRY(
         cudaMemcpyAsync(d_gmap.p, lp.gmap.data(), lp.gmap.size() * 4, cudaMemcpyHostToDevice, stream));
     if (zp) {
       NIBBLE_CUDA_TRY(d_z.alloc(size_t(groups) * size_t(s->n)));
       NIBBLE_CUDA_TRY(
-          cudaMemcpyAsync(d_z.p, cw->zeros, size_t(groups) * size_t(s->n), cudaMemcpyHostToDevice, stream));
+          cudaMemcpyAsync(d_z.p, vw.zeros, size_t(groups) * size_t(s->n), cudaMemcpyHostToDevice, stream));
     }
+    DeviceBuffer d_perm;
     if (!lp.perm.empty()) {
-      NIBBLE_CUDA_TRY(p->perm.alloc(lp.perm.size() * 4));
+      NIBBLE_CUDA_TRY(d_perm.alloc(lp.perm.size() * 4));
       NIBBLE_CUDA_TRY(
-          cudaMemcpyAsync(p->perm.p, lp.perm.data(), lp.perm.size() * 4, cudaMemcpyHostToDevice, stream));
+          cudaMemcpyAsync(d_perm.p, lp.perm.data(), lp.perm.size() * 4, cudaMemcpyHostToDevice, stream));
+    }
+    if (!x_map.empty()) {
+      NIBBLE_CUDA_TRY(p->x_map.alloc(x_map.size() * 4));
+      NIBBLE_CUDA_TRY(
+          cudaMemcpyAsync(p->x_map.p, x_map.data(), x_map.size() * 4, cudaMemcpyHostToDevice, stream));
     }
     if (s->has_bias) {
       NIBBLE_CUDA_TRY(p->bias.alloc(size_t(s->n) * 2));
-      NIBBLE_CUDA_TRY(cudaMemcpyAsync(p->bias.p, cw->bias, size_t(s->n) * 2, cudaMemcpyHostToDevice, stream));
+      NIBBLE_CUDA_TRY(cudaMemcpyAsync(p->bias.p, vw.bias, size_t(s->n) * 2, cudaMemcpyHostToDevice, stream));
     }
     NIBBLE_CUDA_TRY(p->w.alloc(size_t(lp.strips) * size_t(lp.ku) * 512));
     NIBBLE_CUDA_TRY(p->scale_rec.alloc(size_t(lp.groups_pad) * size_t(lp.strips) * 64));
     if (zp) NIBBLE_CUDA_TRY(p->zero_rec.alloc(size_t(lp.groups_pad) * size_t(lp.strips) * 32));
-    NIBBLE_CUDA_TRY(launch_repack_weights(static_cast<const uint32_t*>(d_qw.p), s->k, s->n,
-                                          static_cast<const int32_t*>(p->perm.p), lp.strips, lp.ku, p->w.p,
+    NIBBLE_CUDA_TRY(launch_repack_weights(static_cast<const uint32_t*>(d_qw.p), vs->k, vs->n,
+                                          static_cast<const int32_t*>(d_perm.p), lp.strips, lp.ku, p->w.p,
                                           stream));
     NIBBLE_CUDA_TRY(launch_repack_records(d_sc.p, s->scale_dtype, static_cast<const uint8_t*>(d_z.p), s->n,
                                           static_cast<const int32_t*>(d_gmap.p), lp.groups_pad, lp.strips,
@@ -337,7 +356,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
     const Prepared& p = *reinterpret_cast<const Prepared*>(h);
     const LayoutPlan& lp = p.lp;
-    if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, lp.k, -1, msg, cap)) return st;
+    if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, p.x_k, -1, msg, cap)) return st;
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, lp.n, m, msg, cap)) return st;
     if (m > INT32_MAX) return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "M=%lld above 2^31", (long long)m);
@@ -356,16 +375,17 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
 
     Workspace& ws = workspace(dev, stream_v);
     std::lock_guard<std::mutex> lock(ws.mu);
-    // x as the kernels read it: rows 16-byte aligned, in packed row order. Act order gathers
-    // (permuted columns, zeros for padding rows); an odd K or pointer only pads.
+    // x as the kernels read it: rows 16-byte aligned, in packed row order. Act order and nibble
+    // planes gather (columns through the x map, zeros for padding rows); an odd K or pointer only
+    // pads.
     const void* xk = x->data;
     int64_t ldx = lp.k, kx = lp.k;
-    const bool act_order = p.perm.p != nullptr;
-    if (act_order || (lp.k % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
-      const int64_t kp = act_order ? lp.k_pad : (lp.k + 7) / 8 * 8;
+    const bool gather = p.x_map.p != nullptr;
+    if (gather || (lp.k % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
+      const int64_t kp = gather ? lp.k_pad : (lp.k + 7) / 8 * 8;
       if (int32_t st = ensure(ws.xbuf, size_t(m) * size_t(kp) * 2, false, stream, msg, cap)) return st;
       NIBBLE_CUDA_TRY(
-          launch_prep_x(x->data, m, lp.k, static_cast<const int32_t*>(p.perm.p), kp, ws.xbuf.p, stream));
+          launch_prep_x(x->data, m, p.x_k, static_cast<const int32_t*>(p.x_map.p), kp, ws.xbuf.p, stream));
       xk = ws.xbuf.p;
       ldx = kx = kp;
     }

@@ -5,12 +5,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "layout.h"
 #include "layout_plan.h"
+#include "nibble/dtype.h"
 #include "test_util.h"
 
 using namespace nibble;
@@ -31,12 +33,14 @@ LayoutPlan plan_of(const LinearSpec& s, const int32_t* g_idx) {
 
 // The geometry every plan must have, whatever the layer.
 void check_geometry(const LinearSpec& s, const LayoutPlan& p) {
-  CHECK(p.k == s.k);
-  CHECK(p.n == s.n);
+  if (s.k > 0) {
+    CHECK(p.k == s.k);
+    CHECK(p.n == s.n);
+  }
   CHECK(p.k_pad % cuda::kTileK == 0);
   CHECK(p.n_pad % cuda::kNPad == 0);
-  CHECK(p.n_pad >= s.n);
-  CHECK(p.n_pad - s.n < cuda::kNPad);
+  CHECK(p.n_pad >= p.n);
+  CHECK(p.n_pad - p.n < cuda::kNPad);
   CHECK(p.strips * int64_t(cuda::kStripN) == p.n_pad);
   CHECK(p.ku * int64_t(cuda::kUnitK) == p.k_pad);
   CHECK(p.kt * int64_t(cuda::kTileK) == p.k_pad);
@@ -162,4 +166,63 @@ TEST_CASE("malformed layers are refused with the layer, the tensor and the value
   CHECK(why.find("group 1, column 1") != std::string::npos);
   sc[5] = 0x3f80;
   CHECK(cuda::check_scales(fa, sc.data(), &why) == NIBBLE_OK);
+}
+
+TEST_CASE("every width: the packed rows, read through the x map, compute the real layer") {
+  // For each packed row r: its 4-bit layer row v = perm[r] (or r), its x column x_map[r] (or v).
+  // Sum over packed rows of x[x_map[r]] * w4(v, n) must be the real layer's sum of x[k] * w(k, n).
+  std::mt19937_64 rng(11);
+  for (WeightType wt : {WeightType::uint2, WeightType::uint2b2, WeightType::uint3, WeightType::uint3b4,
+                        WeightType::uint4, WeightType::uint8, WeightType::uint8b128})
+    for (int g : {32, 128, -1})
+      for (bool ao : {false, true}) {
+        if (ao && g == -1) continue;
+        LinearSpec s;
+        s.name = fmt::format("width.{}.g{}.{}", weight_type_name(wt), g, ao ? "act" : "plain");
+        s.k = 200;
+        s.n = 12;
+        s.group_size = g;
+        s.weight_type = wt;
+        s.bits = nibble_weight_type_bits(int32_t(wt));
+        s.act_order = ao;
+        s.scale_dtype = DType::f16;
+        const CanonicalLinear w = random_canonical(s, rng());
+        const nibble_linear_spec abi = s.to_abi();
+        const nibble_canonical_weights cw = w.to_abi();
+        cuda::PlannedLayer layer;
+        std::string why;
+        REQUIRE_MESSAGE(cuda::plan_layer(abi, cw, &layer, &why) == NIBBLE_OK, why);
+        INFO(s.name);
+        CHECK(layer.spec.bits == 4);
+        CHECK(layer.planes.has_value() == (s.bits != 4));
+        const LayoutPlan& p = layer.lp;
+        check_geometry(LinearSpec{}, p);  // geometry checks that need no spec
+        if (!layer.x_map.empty()) REQUIRE(layer.x_map.size() == std::size_t(p.k_pad));
+        // The 4-bit layer's weight of row v, column n.
+        const nibble_linear_spec& vs = layer.spec;
+        const auto* q = layer.weights.qweight;
+        const auto* sc = static_cast<const uint16_t*>(layer.weights.scales);
+        const int64_t vg = vs.group_size <= 0 ? vs.k : vs.group_size;
+        auto w4 = [&](int64_t v, int64_t n) {
+          const int64_t grp = layer.weights.g_idx ? layer.weights.g_idx[v] : v / vg;
+          const int code = int((q[(v / 8) * vs.n + n] >> (4 * (v % 8))) & 0xfu);
+          const int z = layer.weights.zeros ? layer.weights.zeros[grp * vs.n + n] : 8;
+          return double(f16_to_float(sc[grp * vs.n + n])) * (code - z);
+        };
+        std::vector<double> x(std::size_t(s.k));
+        for (auto& v : x) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+        for (int64_t n = 0; n < s.n; ++n) {
+          double want = 0, got = 0, mag = 0;
+          for (int64_t k = 0; k < s.k; ++k)
+            want += x[std::size_t(k)] * w.weight(k, n), mag += std::fabs(x[std::size_t(k)] * w.weight(k, n));
+          for (int64_t r = 0; r < p.k_pad; ++r) {
+            const int64_t v = p.perm.empty() ? (r < vs.k ? r : -1) : p.perm[std::size_t(r)];
+            const int64_t xc = layer.x_map.empty() ? v : layer.x_map[std::size_t(r)];
+            REQUIRE((v >= 0 || xc < 0));  // a zero row never reads x (a planes' padding row may have v >= 0)
+            if (xc >= 0) got += x[std::size_t(xc)] * w4(v, n);
+          }
+          REQUIRE_MESSAGE(std::fabs(got - want) <= 1e-12 * mag + 1e-300, "column ", n, ": ", got, " vs ",
+                          want);
+        }
+      }
 }

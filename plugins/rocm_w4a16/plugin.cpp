@@ -19,6 +19,7 @@
 #include "gpu_vendor.h"
 #include "kernels.h"
 #include "nibble/plugin_abi.h"
+#include "nibble_planes.h"
 #include "plugin_support.h"
 #include "rocm_layout.h"
 
@@ -84,8 +85,10 @@ constexpr uint32_t kMinDeviceLevel = 80;  // built for sm_80 and sm_90
 #else
 constexpr uint32_t kMinDeviceLevel = 0;  // whatever hip_targets names; probe() checks the code object
 #endif
-const nibble_capabilities kCaps = plugin::gpu_capabilities(
-    NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8), 1u << 4, kMinDeviceLevel);
+// 8 bits run on the 4-bit kernels as two nibble planes (plugins/common/nibble_planes.h).
+constexpr uint32_t kBits = (1u << 4) | (1u << 8);
+const nibble_capabilities kCaps =
+    plugin::gpu_capabilities(plugin::weight_types_of_bits(kBits), kBits, kMinDeviceLevel);
 
 int32_t probe(char* msg, size_t cap) {
   int count = 0;
@@ -163,7 +166,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     if (int32_t st = can_implement(s, msg, cap)) return st;
     HostLayout h;
     try {
-      h = make_layout(*s, *cw);
+      h = make_layout(*s, *cw);  // 8 bits: as nibble planes (rocm_layout.cpp)
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
     }
