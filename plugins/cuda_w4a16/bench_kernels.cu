@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "nibble/plugin_abi.h"
+#include "plan.h"
 
 namespace nibble::cuda {
 const nibble_plugin_api* entry(uint32_t host_abi);
@@ -194,6 +195,7 @@ void dense_apply(nibble_dense* h, const void* x, void* y, int64_t m, const Layer
 
 long long g_spin_cycles = 0;
 bool have_cublas = false;
+int device_cc = 0;  // compute capability, major * 10 + minor
 
 // Median microseconds of one call of fn(i), i rotating over the weight copies.
 template <class F>
@@ -293,8 +295,11 @@ int main(int argc, char** argv) {
     }
     say("device: %s\n", msg);
   }
-  int clock_khz = 0;
+  int clock_khz = 0, cc_major = 0, cc_minor = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
+  CHECK_CUDA(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, 0));
+  device_cc = cc_major * 10 + cc_minor;
   g_spin_cycles = (long long)clock_khz * 3;  // ~3 ms
 
   // Ceilings measured here: a 2 GiB device copy, and cuBLAS fp16 at 8192^3.
@@ -356,7 +361,10 @@ int main(int argc, char** argv) {
       nibble_prepared* h = prepare(l);
       nibble_dense* d = nullptr;
       CHECK_API(api->dense_prepare(&l.spec, l.dense.data(), nullptr, &d, msg, cap));
-      for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "v2u2", "cublas"}) {
+      for (int ki = 0; ki < nibble::cuda::kKernelTableSize; ++ki) {
+        const nibble::cuda::KernelDesc& kd = nibble::cuda::kKernelTable[ki];
+        if (device_cc < kd.min_cc || device_cc > kd.max_cc) continue;
+        const char* v = kd.name;
         set_kernel(v);
         std::string line;
         for (int64_t m : {1, 5, 13, 33, 100, 257, 1000}) {
@@ -419,12 +427,13 @@ int main(int argc, char** argv) {
         // Every plausible variant at this M (each is conformance-tested forced, so any of them
         // may be what the heuristic picks).
         std::string line;
-        for (const char* v : {"s1", "s2", "s4", "s8", "l", "v1", "v2", "v4", "v2u2", "cublas"}) {
-          if (!have_cublas && v[0] == 'c') continue;
-          const int64_t lim = v[0] == 's' ? 2 * 8 * (v[1] - '0') : 0;  // at most 2 m-tiles
-          if ((v[0] == 's' && (m > lim && !(v[1] == '8' && m <= 256))) || (v[0] == 'l' && m < 8) ||
-              (v[0] == 'c' && m < 16) || (v[0] == 'v' && m > 32))
-            continue;
+        for (int ki = 0; ki < nibble::cuda::kKernelTableSize; ++ki) {
+          const nibble::cuda::KernelDesc& kd = nibble::cuda::kKernelTable[ki];
+          using nibble::cuda::Family;
+          if (device_cc < kd.min_cc || device_cc > kd.max_cc) continue;
+          if (kd.family == Family::cublas && (!have_cublas || m < 16)) continue;
+          if ((kd.family == Family::gemv && m > 32) || (kd.family != Family::gemv && m < 8)) continue;
+          const char* v = kd.name;
           set_kernel(v);
           const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
           char b[48];

@@ -1,19 +1,24 @@
-// Host-only check of the cuda_w4a16 packed layout (layout.h), runnable without a GPU: packs random
-// canonical weights the way repack_weights_kernel / repack_records_kernel do, then replays what
+// Host-only check of the cuda_w4a16 packed layout (layout.h), runnable without a GPU: plans the
+// layout as process_weights does (layout_plan.h), packs random canonical weights the way
+// repack_weights_kernel / repack_records_kernel do, then replays what
 // one warp of w4a16_gemm_kernel does with them, lane by lane: the 16-byte weight word per lane, the
 // scale / zero records, the magic-number dequantization bit for bit (fp16 and bf16), the B
 // fragments read from x through the K permutation, mma.m16n8k16's fragment semantics and the
 // output positions. The result must match a double-precision reference of the canonical
-// definition w = s * (q - z). Exit status 0 = pass.
+// definition w = s * (q - z). The same packed data is then replayed through the wgmma kernel's
+// shared-memory images and fragment mappings (wgmma_layout.h) for each of its tiles. Exit status
+// 0 = pass.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "layout.h"
+#include "layout_plan.h"
+#include "wgmma_layout.h"
 
 using namespace nibble::cuda;
 
@@ -81,7 +86,8 @@ void zero_codes(const Dt& t, uint32_t zb, uint32_t (&nz)[4]) {
     }
   }
 }
-void dequant(const Dt& t, uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t nz_lo, uint32_t nz_hi, uint32_t (&a)[4]) {
+void dequant(const Dt& t, uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t nz_lo, uint32_t nz_hi,
+             uint32_t (&a)[4]) {
   if (!t.bf16) {
     const uint32_t m = 0x64006400u, q8 = q >> 8, sixteenth = 0x2C002C00u;
     a[0] = pair_op(t, pair_op(t, lop3_and_or(q, 0x000f000fu, m), nz_lo, 0, 0), s_lo, 0, 1);
@@ -91,8 +97,9 @@ void dequant(const Dt& t, uint32_t q, uint32_t s_lo, uint32_t s_hi, uint32_t nz_
   } else {
     const uint32_t m = 0x43004300u;
     for (int jj = 0; jj < 4; ++jj)
-      a[jj] = pair_op(t, pair_op(t, lop3_and_or(q >> (4 * jj), 0x000f000fu, m), (jj & 1) ? nz_hi : nz_lo, 0, 0),
-                      (jj & 1) ? s_hi : s_lo, 0, 1);
+      a[jj] =
+          pair_op(t, pair_op(t, lop3_and_or(q >> (4 * jj), 0x000f000fu, m), (jj & 1) ? nz_hi : nz_lo, 0, 0),
+                  (jj & 1) ? s_hi : s_lo, 0, 1);
   }
 }
 
@@ -125,7 +132,7 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
   const int groups = G > 0 ? (K + G - 1) / G : 1;
   std::vector<uint8_t> code(size_t(K) * N), zero(size_t(groups) * N, 8);
   std::vector<uint16_t> scale(size_t(groups) * N), x(size_t(M) * K);
-  std::vector<int> gidx(K);
+  std::vector<int32_t> gidx(K);
   for (auto& c : code) c = uint8_t(rng() & 15);
   if (zp)
     for (auto& z : zero) z = uint8_t(rng() & 15);
@@ -138,34 +145,26 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int i = 0; i < K; ++i) gidx[perm[i]] = i / G;
   }
-  // Packed order (plugin.cpp's process_weights).
-  int g_eff, k_pad;
-  std::vector<int> prow, gmap;
-  if (act_order) {
-    std::vector<std::vector<int>> rows(groups);
-    for (int k = 0; k < K; ++k) rows[gidx[k]].push_back(k);
-    size_t longest = 1;
-    for (auto& r : rows) longest = std::max(longest, r.size());
-    g_eff = int((longest + kGroupAlign - 1) / kGroupAlign * kGroupAlign);
-    std::vector<int> kept;
-    for (int g = 0; g < groups; ++g)
-      if (!rows[g].empty()) kept.push_back(g);
-    k_pad = int((kept.size() * g_eff + kTileK - 1) / kTileK * kTileK);
-    prow.assign(k_pad, -1);
-    for (size_t gi = 0; gi < kept.size(); ++gi)
-      for (size_t j = 0; j < rows[kept[gi]].size(); ++j) prow[gi * g_eff + j] = rows[kept[gi]][j];
-    const int gp = (k_pad + g_eff - 1) / g_eff;
-    gmap.assign(gp, -1);
-    for (size_t gi = 0; gi < kept.size(); ++gi) gmap[gi] = kept[gi];
-  } else {
-    k_pad = (K + kTileK - 1) / kTileK * kTileK;
-    g_eff = G > 0 ? G : k_pad;
-    prow.resize(k_pad);
-    for (int k = 0; k < k_pad; ++k) prow[k] = k < K ? k : -1;
-    const int gp = (k_pad + g_eff - 1) / g_eff;
-    gmap.resize(gp);
-    for (int g = 0; g < gp; ++g) gmap[g] = g < groups ? g : -1;
+  // Packed order, as process_weights plans it (layout_plan.cpp).
+  nibble_linear_spec spec{};
+  spec.struct_size = sizeof spec;
+  spec.layer_name = "layout_check";
+  spec.k = spec.full_k = K;
+  spec.n = spec.full_n = N;
+  spec.bits = 4;
+  spec.group_size = G;
+  spec.weight_type = zp ? NIBBLE_WT_UINT4 : NIBBLE_WT_UINT4B8;
+  spec.act_dtype = spec.scale_dtype = bf16 ? NIBBLE_DTYPE_BF16 : NIBBLE_DTYPE_F16;
+  spec.act_order = act_order;
+  LayoutPlan lp;
+  std::string why;
+  if (plan_layout(spec, act_order ? gidx.data() : nullptr, &lp, &why) != NIBBLE_OK) {
+    std::printf("  plan_layout: %s\n", why.c_str());
+    return 1000000;
   }
+  const int k_pad = int(lp.k_pad), g_eff = lp.g_eff;
+  std::vector<int> prow(static_cast<size_t>(k_pad)), gmap(lp.gmap.begin(), lp.gmap.end());
+  for (int k = 0; k < k_pad; ++k) prow[size_t(k)] = lp.perm.empty() ? (k < K ? k : -1) : lp.perm[size_t(k)];
   const int n_pad = (N + kNPad - 1) / kNPad * kNPad, strips = n_pad / kStripN, ku = k_pad / kUnitK;
   const int groups_pad = int(gmap.size());
   // repack_weights_kernel
@@ -208,10 +207,9 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     for (int m0 = 0; m0 < M; m0 += 8) {
       float acc[2][32][4] = {};
       // The kernels' group lookup: multiply-high by floor(2^32 / units_per_group) + 1.
-      const uint64_t upg = uint64_t(g_eff / kUnitK);
-      const uint32_t magic = upg == 1 ? 0u : uint32_t((uint64_t(1) << 32) / upg + 1);
+      const uint32_t magic = lp.g_magic;
       for (int u = 0; u < ku; ++u) {
-        const int g = magic ? int((uint64_t(uint32_t(u)) * magic) >> 32) : u;
+        const int g = plan_unit_group(u, magic);
         if (g != u * kUnitK / g_eff) return 1000000;
         uint32_t s2[32][4], nz[32][4];
         for (int lane = 0; lane < 32; ++lane) {
@@ -241,7 +239,8 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
             uint32_t a[32][4];
             for (int lane = 0; lane < 32; ++lane) {
               const uint32_t q = packed[((size_t(s) * ku + u) * 32 + lane) * 4 + 2 * ks + nt];
-              dequant(t, q, s2[lane][2 * nt], s2[lane][2 * nt + 1], nz[lane][2 * nt], nz[lane][2 * nt + 1], a[lane]);
+              dequant(t, q, s2[lane][2 * nt], s2[lane][2 * nt + 1], nz[lane][2 * nt], nz[lane][2 * nt + 1],
+                      a[lane]);
             }
             mma(acc[nt], a, b, t);
           }
@@ -258,26 +257,141 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     }
   // Reference and the conformance suite's tolerance.
   const double eps_out = bf16 ? 0x1p-8 : 0x1p-11, eps_acc = bf16 ? 0x1p-8 : 0x1p-10;
-  int bad = 0;
+  std::vector<double> ref(size_t(M) * N), mag(size_t(M) * N);
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
-      double ref = 0, mag = 0;
+      double r = 0, a = 0;
       for (int k = 0; k < K; ++k) {
         const int g = gidx[k];
-        const double w = double(t.dec(scale[size_t(g) * N + n])) * (int(code[size_t(k) * N + n]) - zero[size_t(g) * N + n]);
+        const double w = double(t.dec(scale[size_t(g) * N + n])) *
+                         (int(code[size_t(k) * N + n]) - zero[size_t(g) * N + n]);
         const double p = double(t.dec(x[size_t(m) * K + k])) * w;
-        ref += p;
-        mag += std::fabs(p);
+        r += p;
+        a += std::fabs(p);
       }
-      const double got = y[size_t(m) * N + n];
-      if (!(std::fabs(got - ref) <= eps_out * std::fabs(ref) + eps_acc * mag + 1e-30)) {
+      ref[size_t(m) * N + n] = r;
+      mag[size_t(m) * N + n] = a;
+    }
+  auto count_bad = [&](const std::vector<float>& got, const char* what) {
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - ref[i]) <= eps_out * std::fabs(ref[i]) + eps_acc * mag[i] + 1e-30)) {
         if (bad < 5)
-          std::printf("  mismatch at [%d, %d]: got %g want %g\n", m, n, got, ref);
+          std::printf("  %s: mismatch at [%zu, %zu]: got %g want %g\n", what, i / N, i % N, got[i], ref[i]);
         ++bad;
       }
-    }
-  std::printf("%s %s G=%d %s K=%d N=%d M=%d: %s (%d bad)\n", bf16 ? "bf16" : "f16", zp ? "uint4" : "uint4b8", G,
-              act_order ? "act-order" : "plain", K, N, M, bad ? "FAIL" : "ok", bad);
+    std::printf("%s %s %s G=%d %s K=%d N=%d M=%d: %s (%d bad)\n", what, bf16 ? "bf16" : "f16",
+                zp ? "uint4" : "uint4b8", G, act_order ? "act-order" : "plain", K, N, M, bad ? "FAIL" : "ok",
+                bad);
+    return bad;
+  };
+  int bad = count_bad(y, "mma.sync");
+
+  // The wgmma kernel (wgmma.cu) for each of its tiles, replayed through its shared-memory images:
+  // bulk-copied weights and records at their stage offsets, x stored by the producer's permuted,
+  // swizzled offsets, the B operand read back the way the tensor cores read a descriptor, A from
+  // each consumer warp's dequantized word, D mapped to y as the epilogue does.
+  for (int BM : {16, 32, 64, 128}) {
+    std::vector<float> y2(size_t(M) * N, NAN);
+    std::vector<uint8_t> ximg(size_t(BM) * kWgXRowBytes), wimg(kWgStrips * 2 * 512), simg(2 * kWgStrips * 64),
+        zimg(2 * kWgStrips * 32);
+    for (int nti = 0; nti < n_pad / kWgBN; ++nti)
+      for (int mti = 0; mti * BM < M; ++mti) {
+        std::vector<double> D(size_t(2) * 2 * 64 * BM, 0.0);  // [warpgroup][nt][row of m64][col]
+        for (int kt = 0; kt < k_pad / kTileK; ++kt) {
+          // Producer: x, weights, records.
+          std::fill(ximg.begin(), ximg.end(), 0xAB);  // poison: every byte must be written
+          for (int r = 0; r < BM; ++r)
+            for (int p = 0; p < 32; ++p) {
+              const int m = mti * BM + r, k = kt * kTileK + 2 * p;
+              const uint32_t v = m < M ? (uint32_t(xp[size_t(m) * k_pad + k]) |
+                                          (uint32_t(xp[size_t(m) * k_pad + k + 1]) << 16))
+                                       : 0u;
+              std::memcpy(&ximg[wg_x_offset(r, p)], &v, 4);
+            }
+          for (int j = 0; j < kWgStrips; ++j)
+            for (int u = 0; u < 2; ++u)
+              for (int lane = 0; lane < 32; ++lane)
+                std::memcpy(&wimg[wg_w_offset(j, u, lane)],
+                            &packed[((size_t(nti * kWgStrips + j) * ku + 2 * kt + u) * 32 + lane) * 4], 16);
+          for (int u = 0; u < 2; ++u) {
+            const int g = plan_unit_group(2 * kt + u, lp.g_magic);
+            for (int j = 0; j < kWgStrips; ++j)
+              for (int gid = 0; gid < 8; ++gid) {
+                const size_t rec = (size_t(g) * strips + nti * kWgStrips + j) * 8 + gid;
+                std::memcpy(&simg[wg_s_offset(u, j, gid)], &srec[rec * 4], 8);
+                std::memcpy(&zimg[wg_z_offset(u, j, gid)], &zrec[rec * 4], 4);
+              }
+          }
+          // Consumers: per unit, each warp's A fragments, then the warpgroup's wgmmas.
+          for (int u = 0; u < 2; ++u) {
+            uint32_t a[8][32][2][2][4];  // [consumer warp][lane][k16 step][nt][register]
+            for (int cw = 0; cw < 8; ++cw)
+              for (int lane = 0; lane < 32; ++lane) {
+                const int gid = lane >> 2;
+                uint32_t sr[2], zb, q[4];
+                std::memcpy(sr, &simg[wg_s_offset(u, cw, gid)], 8);
+                std::memcpy(&zb, &zimg[wg_z_offset(u, cw, gid)], 4);
+                if (!zp) zb = 0x08080808u;
+                std::memcpy(q, &wimg[wg_w_offset(cw, u, lane)], 16);
+                const uint32_t s2[4] = {prmt(sr[0], sr[0], 0x1010u), prmt(sr[0], sr[0], 0x3232u),
+                                        prmt(sr[1], sr[1], 0x1010u), prmt(sr[1], sr[1], 0x3232u)};
+                uint32_t nz[4];
+                zero_codes(t, zb, nz);
+                for (int ks = 0; ks < 2; ++ks)
+                  for (int nt = 0; nt < 2; ++nt)
+                    dequant(t, q[2 * ks + nt], s2[2 * nt], s2[2 * nt + 1], nz[2 * nt], nz[2 * nt + 1],
+                            a[cw][lane][ks][nt]);
+              }
+            for (int wg = 0; wg < 2; ++wg)
+              for (int ks = 0; ks < 2; ++ks) {
+                const uint64_t desc = wg_x_desc(0, 2 * u + ks);  // the x tile at shared address 0
+                // B[16][BM] as the tensor cores read it.
+                std::vector<double> B(size_t(16) * BM);
+                for (int k = 0; k < 16; ++k)
+                  for (int n = 0; n < BM; ++n) {
+                    uint16_t h;
+                    std::memcpy(&h, &ximg[wg_b_address(desc, k, n)], 2);
+                    B[size_t(k) * BM + n] = t.dec(h);
+                  }
+                for (int nt = 0; nt < 2; ++nt) {
+                  // A[64][16]: warp w of the warpgroup holds rows 16 w .. 16 w + 15 (mma A fragment).
+                  double A[64][16];
+                  for (int w = 0; w < 4; ++w)
+                    for (int lane = 0; lane < 32; ++lane) {
+                      const int gid = lane >> 2, tig = lane & 3;
+                      for (int jj = 0; jj < 4; ++jj)
+                        for (int hh = 0; hh < 2; ++hh)
+                          A[16 * w + gid + 8 * (jj & 1)][2 * tig + 8 * (jj >> 1) + hh] =
+                              t.dec(uint16_t(a[4 * wg + w][lane][ks][nt][jj] >> (16 * hh)));
+                    }
+                  for (int r = 0; r < 64; ++r)
+                    for (int n = 0; n < BM; ++n) {
+                      double acc = 0;
+                      for (int k = 0; k < 16; ++k) acc += A[r][k] * B[size_t(k) * BM + n];
+                      D[((size_t(wg) * 2 + nt) * 64 + r) * BM + n] += acc;
+                    }
+                }
+              }
+          }
+        }
+        // Epilogue: each consumer thread's accumulators to y.
+        for (int cw = 0; cw < 8; ++cw)
+          for (int lane = 0; lane < 32; ++lane)
+            for (int nt = 0; nt < 2; ++nt)
+              for (int i = 0; i < BM / 2; ++i) {
+                int r64, col, f, row;
+                wg_acc_position(cw & 3, lane, i, &r64, &col);
+                wg_output_position(cw, lane, nt, i, &f, &row);
+                const int n = nti * kWgBN + f, m = mti * BM + row;
+                if (n < N && m < M)
+                  y2[size_t(m) * N + n] = float(D[((size_t(cw >> 2) * 2 + nt) * 64 + r64) * BM + col]);
+              }
+      }
+    char what[32];
+    std::snprintf(what, sizeof what, "wgmma BM %d", BM);
+    bad += count_bad(y2, what);
+  }
   return bad;
 }
 

@@ -1,6 +1,7 @@
 // rocm_w4a16: the ROCm backend plugin (HIP). This file is the ABI glue: capabilities, probe,
 // can_implement, process_weights (host layout from rocm_layout.cpp, then one upload), apply (the
-// kernels of kernels.hip), device memory, event timing and the bandwidth probe.
+// kernels of kernels.hip). Device memory, event timing, the bandwidth probe and the ABI table come
+// from the shared GPU skeleton (plugins/common/gpu_plugin.h).
 //
 // The same file builds the test-only rocm_w4a16_on_cuda plugin: with NIBBLE_HIP_ON_CUDA,
 // gpu_vendor.h maps every hip* name used here onto CUDA's, and only the identity strings differ.
@@ -14,21 +15,26 @@
 #include <string>
 #include <vector>
 
+#include "gpu_plugin.h"
 #include "gpu_vendor.h"
 #include "kernels.h"
 #include "nibble/plugin_abi.h"
+#include "nibble_planes.h"
 #include "plugin_support.h"
 #include "rocm_layout.h"
 
 #if defined(NIBBLE_HIP_ON_CUDA)
 #define NIBBLE_ROCM_PLUGIN_NAME "rocm_w4a16_on_cuda"
 #define NIBBLE_ROCM_PLATFORM "cuda"
-#define NIBBLE_ROCM_DESCRIPTION "rocm_w4a16's HIP kernel source compiled by nvcc (test-only: checks the ROCm kernels on NVIDIA)"
+#define NIBBLE_ROCM_DESCRIPTION \
+  "rocm_w4a16's HIP kernel source compiled by nvcc (test-only: checks the ROCm kernels on NVIDIA)"
 #define NIBBLE_ROCM_PRIORITY 0
 #else
 #define NIBBLE_ROCM_PLUGIN_NAME "rocm_w4a16"
 #define NIBBLE_ROCM_PLATFORM "rocm"
-#define NIBBLE_ROCM_DESCRIPTION "W4A16 on AMD GPUs (HIP; CDNA wave64 and RDNA wave32): streaming GEMV for M <= 16, tiled fp32 for larger M"
+#define NIBBLE_ROCM_DESCRIPTION                                                                              \
+  "W4A16 on AMD GPUs (HIP; CDNA wave64 and RDNA wave32): streaming GEMV for M <= 16, tiled fp32 for larger " \
+  "M"
 #define NIBBLE_ROCM_PRIORITY 20
 #endif
 
@@ -42,59 +48,71 @@ namespace {
 using plugin::fail;
 using plugin::guarded;
 
-nibble_capabilities make_caps() {
-  nibble_capabilities c{};
-  c.formats = NIBBLE_FORMATS_ALL;
-  c.weight_types = NIBBLE_WT_BIT(NIBBLE_WT_UINT4) | NIBBLE_WT_BIT(NIBBLE_WT_UINT4B8);
-  c.bits = 1u << 4;
-  c.act_dtypes = NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_F16) | NIBBLE_DTYPE_BIT(NIBBLE_DTYPE_BF16);
-  const int32_t gs[] = {32, 64, 128, -1};
-  for (int32_t g : gs) c.group_sizes[c.num_group_sizes++] = g;
-  c.act_order = 1;
-  c.bias = 1;
-  c.k_multiple = 1;
-  c.n_multiple = 1;
+// The HIP runtime, for the shared GPU skeleton (gpu_plugin.h). With NIBBLE_HIP_ON_CUDA every hip*
+// name below is CUDA's (gpu_vendor.h).
+struct HipRuntime {
+  using Error = hipError_t;
+  using Stream = hipStream_t;
+  using Event = hipEvent_t;
+  static constexpr Error kSuccess = hipSuccess;
+  static Error malloc(void** p, size_t n) { return hipMalloc(p, n); }
+  static Error free(void* p) { return hipFree(p); }
+  static Error memset_async(void* p, int v, size_t n, Stream s) { return hipMemsetAsync(p, v, n, s); }
+  static Error memcpy_async(void* d, const void* s, size_t n, int32_t kind, Stream st) {
+    const hipMemcpyKind k = kind == NIBBLE_COPY_HOST_TO_DEVICE   ? hipMemcpyHostToDevice
+                            : kind == NIBBLE_COPY_DEVICE_TO_HOST ? hipMemcpyDeviceToHost
+                                                                 : hipMemcpyDeviceToDevice;
+    return hipMemcpyAsync(d, s, n, k, st);
+  }
+  static Error stream_sync(Stream s) { return hipStreamSynchronize(s); }
+  static Error event_create(Event* e) { return hipEventCreate(e); }
+  static Error event_destroy(Event e) { return hipEventDestroy(e); }
+  static Error event_record(Event e, Stream s) { return hipEventRecord(e, s); }
+  static Error event_sync(Event e) { return hipEventSynchronize(e); }
+  static Error event_elapsed_ms(float* ms, Event a, Event b) { return hipEventElapsedTime(ms, a, b); }
+  static Error last_error() { return hipGetLastError(); }
+  static const char* error_string(Error e) { return hipGetErrorString(e); }
+  static int32_t status(Error e) {
+    if (e == hipErrorMemoryAllocation) return NIBBLE_ERR_OUT_OF_MEMORY;
+    if (e == hipErrorNoDevice) return NIBBLE_ERR_NO_DEVICE;
+    return NIBBLE_ERR_DEVICE;
+  }
+};
+#define ROCM_TRY(call) NIBBLE_GPU_TRY(HipRuntime, call)
+
 #if defined(NIBBLE_HIP_ON_CUDA)
-  c.min_device_level = 80;  // built for sm_80 and sm_90
+constexpr uint32_t kMinDeviceLevel = 80;  // built for sm_80 and sm_90
 #else
-  c.min_device_level = 0;   // whatever hip_targets names; probe() checks the code object
+constexpr uint32_t kMinDeviceLevel = 0;  // whatever hip_targets names; probe() checks the code object
 #endif
-  return c;
-}
-
-const nibble_capabilities kCaps = make_caps();
-
-/// Status of a failed runtime call: out of memory or a generic device error.
-int32_t device_fail(hipError_t e, const char* what, char* msg, size_t cap) {
-  const int32_t st = e == hipErrorMemoryAllocation ? NIBBLE_ERR_OUT_OF_MEMORY : NIBBLE_ERR_DEVICE;
-  return fail(st, msg, cap, "%s: %s", what, hipGetErrorString(e));
-}
-
-#define ROCM_TRY(call)                                                  \
-  do {                                                                  \
-    const hipError_t e_ = (call);                                       \
-    if (e_ != hipSuccess) return device_fail(e_, #call, msg, cap);      \
-  } while (0)
+// 8 bits run on the 4-bit kernels as two nibble planes (plugins/common/nibble_planes.h).
+constexpr uint32_t kBits = (1u << 4) | (1u << 8);
+const nibble_capabilities kCaps =
+    plugin::gpu_capabilities(plugin::weight_types_of_bits(kBits), kBits, kMinDeviceLevel);
 
 int32_t probe(char* msg, size_t cap) {
   int count = 0;
   const hipError_t e = hipGetDeviceCount(&count);
 #if defined(NIBBLE_HIP_ON_CUDA)
-  if (e == hipErrorNoDevice || (e == hipSuccess && count == 0)) return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no CUDA device");
+  if (e == hipErrorNoDevice || (e == hipSuccess && count == 0))
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no CUDA device");
   if (e != hipSuccess)
-    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no CUDA driver (cudaGetDeviceCount: %s)", hipGetErrorString(e));
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no CUDA driver (cudaGetDeviceCount: %s)",
+                hipGetErrorString(e));
 #else
-  if (e != hipSuccess) return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no AMD GPU (hipGetDeviceCount: %s)", hipGetErrorString(e));
+  if (e != hipSuccess)
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no AMD GPU (hipGetDeviceCount: %s)", hipGetErrorString(e));
   if (count == 0) return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "no AMD GPU");
 #endif
   int dev = 0;
   hipDeviceProp_t prop{};
   if (hipGetDevice(&dev) != hipSuccess || hipGetDeviceProperties(&prop, dev) != hipSuccess)
-    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "%s found but its properties cannot be read", NIBBLE_GPU_KIND);
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "%s found but its properties cannot be read",
+                NIBBLE_GPU_KIND);
 #if defined(NIBBLE_HIP_ON_CUDA)
   if (prop.major < 8)
-    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "%s is sm_%d%d; this build needs sm_80 or newer", prop.name, prop.major,
-                prop.minor);
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "%s is sm_%d%d; this build needs sm_80 or newer", prop.name,
+                prop.major, prop.minor);
   char arch[32];
   std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
   const char* built_for = "sm_80,sm_90";
@@ -105,8 +123,9 @@ int32_t probe(char* msg, size_t cap) {
   if (kernels_available(msg, cap) != NIBBLE_OK) {
     // Keep the runtime's words and say what to do about it.
     std::string why = msg;
-    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap, "%s (%s): %s; built for %s, rebuild with the device's target%s", prop.name,
-                arch, why.c_str(), built_for,
+    return fail(NIBBLE_ERR_NO_DEVICE, msg, cap,
+                "%s (%s): %s; built for %s, rebuild with the device's target%s", prop.name, arch, why.c_str(),
+                built_for,
 #if defined(NIBBLE_HIP_ON_CUDA)
                 ""
 #else
@@ -122,8 +141,8 @@ int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
   if (int32_t st = plugin::check_caps(kCaps, s, msg, cap)) return st;
   // Lines and byte offsets are 32-bit inside the kernels.
   if (s->k > (int64_t(1) << 28) || s->n > (int64_t(1) << 30))
-    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "K above 2^28 or N above 2^30 (K=%lld N=%lld)", (long long)s->k,
-                (long long)s->n);
+    return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "K above 2^28 or N above 2^30 (K=%lld N=%lld)",
+                (long long)s->k, (long long)s->n);
   if (s->act_order && s->parallel == NIBBLE_PARALLEL_ROW && s->full_k > (int64_t(1) << 28))
     return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "full K above 2^28 (%lld)", (long long)s->full_k);
   return NIBBLE_OK;
@@ -147,7 +166,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     if (int32_t st = can_implement(s, msg, cap)) return st;
     HostLayout h;
     try {
-      h = make_layout(*s, *cw);
+      h = make_layout(*s, *cw);  // 8 bits: as nibble planes (rocm_layout.cpp)
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
     }
@@ -158,8 +177,10 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       size_t offset;
     };
     auto bytes_of = [](const auto& v) { return v.size() * sizeof(v[0]); };
-    Part parts[] = {{h.codes.data(), bytes_of(h.codes), 0},   {h.scales.data(), bytes_of(h.scales), 0},
-                    {h.zeros.data(), bytes_of(h.zeros), 0},   {h.row_src.data(), bytes_of(h.row_src), 0},
+    Part parts[] = {{h.codes.data(), bytes_of(h.codes), 0},
+                    {h.scales.data(), bytes_of(h.scales), 0},
+                    {h.zeros.data(), bytes_of(h.zeros), 0},
+                    {h.row_src.data(), bytes_of(h.row_src), 0},
                     {h.bias.data(), bytes_of(h.bias), 0}};
     size_t total = 0;
     for (Part& p : parts) {
@@ -173,7 +194,8 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     auto* base = static_cast<char*>(p->block);
     hipStream_t st = static_cast<hipStream_t>(stream);
     for (const Part& part : parts)
-      if (part.bytes) ROCM_TRY(hipMemcpyAsync(base + part.offset, part.src, part.bytes, hipMemcpyHostToDevice, st));
+      if (part.bytes)
+        ROCM_TRY(hipMemcpyAsync(base + part.offset, part.src, part.bytes, hipMemcpyHostToDevice, st));
     // The host arrays die with this call: wait for the copies.
     ROCM_TRY(hipStreamSynchronize(st));
     p->w.d = h.d;
@@ -187,8 +209,8 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-int32_t apply(const nibble_prepared* handle, const nibble_tensor* x, nibble_tensor* y, void* stream, char* msg,
-              size_t cap) {
+int32_t apply(const nibble_prepared* handle, const nibble_tensor* x, nibble_tensor* y, void* stream,
+              char* msg, size_t cap) {
   return guarded(msg, cap, [&]() -> int32_t {
     if (!handle) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
     const auto& p = *reinterpret_cast<const Prepared*>(handle);
@@ -207,36 +229,6 @@ int32_t apply(const nibble_prepared* handle, const nibble_tensor* x, nibble_tens
 
 void release(nibble_prepared* h) { delete reinterpret_cast<Prepared*>(h); }
 
-int32_t device_alloc(size_t bytes, void** ptr, char* msg, size_t cap) {
-  if (!ptr) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null output pointer");
-  *ptr = nullptr;
-  ROCM_TRY(hipMalloc(ptr, std::max<size_t>(bytes, 1)));
-  return NIBBLE_OK;
-}
-
-void device_free(void* ptr) {
-  if (ptr) (void)hipFree(ptr);
-}
-
-int32_t device_copy(void* dst, const void* src, size_t bytes, int32_t kind, void* stream, char* msg, size_t cap) {
-  if (!bytes) return NIBBLE_OK;
-  if (!dst || !src) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null pointer in copy");
-  hipMemcpyKind k;
-  switch (kind) {
-    case NIBBLE_COPY_HOST_TO_DEVICE: k = hipMemcpyHostToDevice; break;
-    case NIBBLE_COPY_DEVICE_TO_HOST: k = hipMemcpyDeviceToHost; break;
-    case NIBBLE_COPY_DEVICE_TO_DEVICE: k = hipMemcpyDeviceToDevice; break;
-    default: return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "unknown copy kind %d", kind);
-  }
-  ROCM_TRY(hipMemcpyAsync(dst, src, bytes, k, static_cast<hipStream_t>(stream)));
-  return NIBBLE_OK;
-}
-
-int32_t device_sync(void* stream, char* msg, size_t cap) {
-  ROCM_TRY(hipStreamSynchronize(static_cast<hipStream_t>(stream)));
-  return NIBBLE_OK;
-}
-
 int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const int rows = gemv_rows_for(m);
@@ -244,77 +236,7 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
   return fail(NIBBLE_OK, msg, cap, "tiled-64x64x32");
 }
 
-/// Events owned for the length of one time_device call.
-struct EventPair {
-  hipEvent_t a = nullptr, b = nullptr;
-  ~EventPair() {
-    if (a) (void)hipEventDestroy(a);
-    if (b) (void)hipEventDestroy(b);
-  }
-};
-
-int32_t time_device(void (*fn)(void* ctx, int32_t i), void* ctx, int32_t iters, void* stream, double* ms, char* msg,
-                    size_t cap) {
-  if (!fn || !ms || iters < 1) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null function/output or iters < 1");
-  hipStream_t st = static_cast<hipStream_t>(stream);
-  EventPair ev;
-  ROCM_TRY(hipEventCreate(&ev.a));
-  ROCM_TRY(hipEventCreate(&ev.b));
-  ROCM_TRY(hipEventRecord(ev.a, st));
-  for (int32_t i = 0; i < iters; ++i) fn(ctx, i);
-  ROCM_TRY(hipEventRecord(ev.b, st));
-  ROCM_TRY(hipEventSynchronize(ev.b));
-  float t = 0;
-  ROCM_TRY(hipEventElapsedTime(&t, ev.a, ev.b));
-  *ms = double(t);
-  return NIBBLE_OK;
-}
-
-/// Device buffer freed on scope exit.
-struct DeviceBuffer {
-  void* p = nullptr;
-  ~DeviceBuffer() {
-    if (p) (void)hipFree(p);
-  }
-};
-
-// A device-to-device copy, timed with events, counting bytes read plus bytes written.
-int32_t measure_bandwidth(size_t bytes, void* stream, double* bps, char* msg, size_t cap) {
-  return guarded(msg, cap, [&]() -> int32_t {
-    if (!bps) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null output");
-    bytes = std::max<size_t>(bytes, size_t(256) << 20) / 2;  // source and destination halves
-    DeviceBuffer a, b;
-    ROCM_TRY(hipMalloc(&a.p, bytes));
-    ROCM_TRY(hipMalloc(&b.p, bytes));
-    hipStream_t st = static_cast<hipStream_t>(stream);
-    struct Ctx {
-      void* dst;
-      const void* src;
-      size_t n;
-      hipStream_t s;
-      hipError_t err;
-    } c{b.p, a.p, bytes, st, hipSuccess};
-    auto copy = [](void* v, int32_t) {
-      auto* x = static_cast<Ctx*>(v);
-      const hipError_t e = hipMemcpyAsync(x->dst, x->src, x->n, hipMemcpyDeviceToDevice, x->s);
-      if (e != hipSuccess) x->err = e;
-    };
-    std::vector<double> t;
-    for (int i = 0; i < 6; ++i) {  // the first run warms up
-      double ms = 0;
-      if (int32_t r = time_device(copy, &c, 1, stream, &ms, msg, cap)) return r;
-      if (c.err != hipSuccess) return device_fail(c.err, "hipMemcpyAsync", msg, cap);
-      if (i) t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    *bps = 2.0 * double(bytes) / (t[t.size() / 2] * 1e-3);
-    return NIBBLE_OK;
-  });
-}
-
-const nibble_plugin_api kApi = {
-    /* .abi_version = */ NIBBLE_ABI_VERSION,
-    /* .struct_size = */ sizeof(nibble_plugin_api),
+const nibble_plugin_api kApi = plugin::gpu_plugin_api<HipRuntime>({
     /* .name = */ NIBBLE_ROCM_PLUGIN_NAME,
     /* .version = */ NIBBLE_VERSION_STRING,
     /* .platform = */ NIBBLE_ROCM_PLATFORM,
@@ -326,18 +248,12 @@ const nibble_plugin_api kApi = {
     /* .process_weights = */ process_weights,
     /* .apply = */ apply,
     /* .release = */ release,
-    /* .device_alloc = */ device_alloc,
-    /* .device_free = */ device_free,
-    /* .device_copy = */ device_copy,
-    /* .device_sync = */ device_sync,
     /* .set_option = */ nullptr,
     /* .dense_prepare = */ nullptr,  // no hipBLAS in Debian 12: no dense baseline yet
     /* .dense_apply = */ nullptr,
     /* .dense_release = */ nullptr,
-    /* .time_device = */ time_device,
     /* .describe_kernel = */ describe_kernel,
-    /* .measure_bandwidth = */ measure_bandwidth,
-};
+});
 
 }  // namespace
 

@@ -5,11 +5,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu_plugin.h"
 #include "nibble/dtype.h"
+#include "nibble_planes.h"
 
 namespace nibble::rocm {
 
-HostLayout make_layout(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
+namespace {
+
+// The layout of a 4-bit layer.
+HostLayout make_layout_4bit(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
   if (s.weight_type == NIBBLE_WT_UINT4 && !w.zeros)
     throw std::invalid_argument("tensor 'zeros' is missing for a uint4 layer");
@@ -105,6 +110,19 @@ HostLayout make_layout(const nibble_linear_spec& s, const nibble_canonical_weigh
     for (int64_t c = 0; c < N; ++c) out.bias[std::size_t(c)] = float(load_float(w.bias, DType(s.act_dtype), std::size_t(c)));
   }
   return out;
+}
+
+}  // namespace
+
+HostLayout make_layout(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
+  if (!plugin::needs_nibble_planes(s)) return make_layout_4bit(s, w);
+  // The equivalent 4-bit layer; its rows read x through the planes' row map composed with the
+  // layout's own, and x keeps the real layer's K columns.
+  const plugin::NibblePlanes planes = plugin::make_nibble_planes(s, w);
+  HostLayout h = make_layout_4bit(planes.spec, planes.weights());
+  h.row_src = plugin::compose_row_map(h.row_src, h.d.k_pad, planes.spec.k, planes.x_rows);
+  h.d.k = s.k;
+  return h;
 }
 
 }  // namespace nibble::rocm

@@ -75,8 +75,11 @@ inline std::size_t zero_index(const LayoutDims& d, int64_t quad, int64_t group) 
   return std::size_t(quad * d.groups + group);
 }
 
-/// Canonical weights -> the layout above. Throws std::invalid_argument naming the tensor and the
-/// value when the canonical weights are inconsistent (missing tensor, g_idx out of range).
+/// Canonical weights -> the layout above. A layer of another width is laid out as its nibble
+/// planes (plugins/common/nibble_planes.h): the layout of the equivalent 4-bit layer, row_src
+/// composed with the planes' row map, d.k the real layer's K (the columns of x). Throws
+/// std::invalid_argument naming the tensor and the value when the canonical weights are
+/// inconsistent (missing tensor, g_idx out of range).
 HostLayout make_layout(const nibble_linear_spec& spec, const nibble_canonical_weights& w);
 
 }  // namespace nibble::rocm

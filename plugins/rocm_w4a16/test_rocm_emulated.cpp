@@ -35,6 +35,8 @@ TEST_CASE("emulated kernels match the reference") {
       {DType::bf16, WeightType::uint4, 32, true, 130, 40},     // act order: gathered x
       {DType::f16, WeightType::uint4, -1, false, 130, 21},     // per channel, K % 8 != 0: scalar x
       {DType::bf16, WeightType::uint4b8, 64, false, 320, 9},
+      {DType::f16, WeightType::uint8, 128, false, 264, 40},     // 8 bits: two nibble planes
+      {DType::bf16, WeightType::uint8b128, 32, true, 130, 24},  // 8 bits, act order: composed row map
   };
   const int64_t ms[] = {1, 2, 3, 5, 16, 17};  // every GEMV width and the tiled kernel
   int checked = 0;
@@ -44,6 +46,7 @@ TEST_CASE("emulated kernels match the reference") {
                          cs.act_order ? "actorder" : "plain", cs.k, cs.n);
     s.k = cs.k; s.n = cs.n; s.group_size = cs.g; s.weight_type = cs.wt; s.act_dtype = cs.dt; s.scale_dtype = cs.dt;
     s.act_order = cs.act_order; s.has_bias = cs.k % 2 == 0;
+    s.bits = nibble_weight_type_bits(int32_t(cs.wt));
     const CanonicalLinear w = random_canonical(s, uint64_t(cs.k * 7 + cs.n));
     const nibble_linear_spec as = s.to_abi();
     const nibble_canonical_weights cw = w.to_abi();
@@ -74,5 +77,5 @@ TEST_CASE("emulated kernels match the reference") {
                                       c.worst_n, c.worst_got, c.worst_want));
     }
   }
-  CHECK(checked == 4 * 6);
+  CHECK(checked == 6 * 6);
 }

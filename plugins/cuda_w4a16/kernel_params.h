@@ -1,0 +1,69 @@
+// The launch-side vocabulary of the cuda_w4a16 kernels in plain C++ (no CUDA types): the kernel
+// ids, the facts kernel setup reads off the device for each, and the parameter block of one
+// matmul launch. Shared by the kernel files, the plan (plan.h) and its GPU-free test.
+#pragma once
+
+#include <cstdint>
+
+namespace nibble::cuda {
+
+/// Activation (and prepared scale) dtype of a kernel: the nibble_dtype values F16 and BF16.
+enum class Act : int32_t { f16 = 1, bf16 = 2 };
+
+/// Launcher ids of the kernels (plan.cpp's kernel table describes each; kCublas is the dequantize
+/// + cuBLAS path, which has no kernel of its own besides the dequantization).
+enum KernelId : int32_t {
+  kS1 = 0,
+  kS2,
+  kS4,
+  kS8,
+  kL,
+  kV1,
+  kV2,
+  kV4,
+  kV2u2,
+  kWg16,
+  kWg32,
+  kWg64,
+  kWg128,
+  kNumKernels,
+  kCublas = kNumKernels
+};
+
+/// What kernel setup reads off the device for one kernel (per activation dtype).
+struct KernelInfo {
+  const char* name;
+  int32_t bn, bm;      // block tile
+  int32_t threads;     // threads per block
+  int32_t smem_bytes;  // dynamic shared memory per block
+  int32_t slots;       // resident blocks on the whole device
+  int32_t step_units;  // k-units per pipeline stage (tiled) or per load batch of a warp (GEMV)
+};
+
+/// Arguments of one matmul launch. Pointers are device memory.
+struct GemmParams {
+  const void* w;            // packed units, uint4 [strips][ku][32] (layout.h)
+  const void* scale_rec;    // act dtype [groups_pad][strips][8][4] (layout.h)
+  const uint8_t* zero_rec;  // u8 [groups_pad][strips][8][4], or null for uint4b8 (zero 8)
+  const void* x;            // act dtype [m][ldx]; columns >= kx read as 0; rows 16-byte aligned
+  const void* bias;         // act dtype [n], or null
+  void* y;                  // act dtype [m][n]
+  float* partials;    // stream-K partial tiles: [2 * grid][bm * bn] fp32; GEMV: [splits][m][strips * 32]
+  int32_t* counters;  // [m_tiles * n_tiles] arrival counters: zero on entry, left zero
+  int64_t ldx;        // row pitch of x in elements (multiple of 8)
+  int64_t kx;         // valid columns of x (multiple of 8); <= ku * 32
+  int32_t m, n;       // rows of x and y; output features written (n <= strips * 32)
+  int32_t strips;     // N_pad / 32
+  int32_t ku;         // K_pad / 32 (units along K)
+  int32_t kt;         // K_pad / 64 (pipeline stages along K)
+  uint32_t g_magic;   // group of k-unit u = u / upg (upg = g_eff / 32 units per group) computed
+                      // as __umulhi(u, g_magic) with g_magic = floor(2^32 / upg) + 1, exact for
+                      // u * upg < 2^32 (layout_plan.cpp checks); g_magic = 0 means upg = 1
+  int32_t m_tiles, n_tiles;  // ceil(m / bm), N_pad / bn
+  int32_t evict_first;       // 1: stream the weights with an L2 evict-first policy (read once)
+  int32_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
+                             // the stream (PDL), so that its launch and first weight loads overlap
+                             // that kernel's tail
+};
+
+}  // namespace nibble::cuda

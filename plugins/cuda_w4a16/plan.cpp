@@ -1,0 +1,254 @@
+// The kernel menu and the choice per call (plan.h).
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "nibble/plugin_abi.h"
+
+namespace nibble::cuda {
+
+namespace {
+constexpr int32_t kAnyCc = 999;
+constexpr int64_t kMi = int64_t(1) << 20;
+}  // namespace
+
+// Compute capabilities: SASS is built for the architectures of option nvcc_archs (sm_80 and sm_90
+// by default) plus PTX of the newest, so the sm_80+ kernels run on any later GPU.
+// clang-format off
+const KernelDesc kKernelTable[] = {
+    {"s1", kS1, Family::mma, 80, kAnyCc, 4, "tiled stream-K, BN 128 x BM 8, 4 warps, cp.async pipeline, mma.sync"},
+    {"s2", kS2, Family::mma, 80, kAnyCc, 4, "tiled stream-K, BN 128 x BM 16, 4 warps"},
+    {"s4", kS4, Family::mma, 80, kAnyCc, 6, "tiled stream-K, BN 128 x BM 32, 4 warps"},
+    {"s8", kS8, Family::mma, 80, kAnyCc, 8, "tiled stream-K, BN 128 x BM 64, 4 warps"},
+    {"l", kL, Family::mma, 80, kAnyCc, 8, "tiled stream-K, BN 256 x BM 128, 8 warps of 64 x 64"},
+    {"v1", kV1, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 features x 8 rows per block, K split"},
+    {"v2", kV2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows"},
+    {"v4", kV4, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 32 rows, half the weights in flight"},
+    {"v2u2", kV2u2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows, half the weights in flight"},
+    {"wg16",  kWg16,  Family::wgmma, 90, 90,    4, "sm_90a warp-specialized stream-K, BN 256 x BM 16: bulk-copy/mbarrier pipeline, wgmma (A from registers)"},
+    {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
+    {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
+    {"wg128", kWg128, Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 128"},
+    {"cublas", kCublas, Family::cublas, 80, kAnyCc, 0, "dequantize to a dense temporary, then cublasGemmEx"},
+};
+// clang-format on
+const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
+
+// The automatic choice, first match wins. Every architecture range ends in rows that match any
+// shape, so some row always applies; a row whose kernel declines the call (too many rows for one
+// launch, cuBLAS missing or below `cublas_min_m`) is passed over.
+// clang-format off
+//   cc        M            weights (K*N)     K              N              kernel
+const ChoiceRule kChoiceRules[] = {
+    // Hopper (sm_90): the wgmma kernel from M = 9 on, the GEMV below.
+    {90, 90,     1, 8,      0, 0, 0, 0, 0, 0, kV1},
+    {90, 90,     9, 16,     0, 0, 0, 0, 0, 0, kWg16},
+    {90, 90,     17, 32,    0, 0, 0, 0, 0, 0, kWg32},
+    {90, 90,     33, 64,    0, 0, 0, 0, 0, 0, kWg64},
+    {90, 90,     65, 0,     0, 0, 0, 0, 0, 0, kWg128},
+    // Everything else, and Hopper where the wgmma kernel declines (a build without sm_90a).
+    {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
+    {80, kAnyCc, 9, 16, 32 * kMi, 0, 0, 0, 0, 0, kV2u2},
+    {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},
+    {80, kAnyCc, 17, 32, 0, 0, 8192, 16383, 10240, 0, kV2},
+    {80, kAnyCc, 17, 32, 0, 0, 8192, 0, 8192, 0, kV4},
+    {80, kAnyCc, 17, 32, 48 * kMi, 0, 0, 0, 0, 0, kV4},
+    {80, kAnyCc, 17, 32, 0, 0, 0, 0, 0, 0, kV1},
+    {80, kAnyCc, 33, 64, 0, 64 * kMi - 1, 0, 0, 0, 0, kS4},
+    {80, kAnyCc, 33, 64, 0, 0, 0, 0, 0, 0, kS8},
+    {80, kAnyCc, 65, 128, 96 * kMi, 0, 0, 0, 0, 0, kL},
+    {80, kAnyCc, 65, 0, 0, 0, 0, 0, 0, 0, kCublas},
+    {80, kAnyCc, 65, 0, 0, 0, 0, 0, 0, 0, kL},
+};
+// clang-format on
+const int kChoiceRulesSize = int(sizeof kChoiceRules / sizeof kChoiceRules[0]);
+
+const KernelDesc* find_kernel(std::string_view name) {
+  for (const KernelDesc& d : kKernelTable)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+const KernelDesc& kernel_desc(KernelId id) { return kKernelTable[int(id)]; }
+
+namespace {
+
+bool in(int64_t v, int64_t lo, int64_t hi) { return v >= lo && (hi == 0 || v <= hi); }
+
+std::string cc_name(int32_t cc) { return "sm_" + std::to_string(cc); }
+
+std::string kernel_names() {
+  std::string s = "auto";
+  for (const KernelDesc& d : kKernelTable) s += std::string(", ") + d.name;
+  return s;
+}
+
+bool parse_int(std::string_view v, int64_t lo, int64_t hi, int64_t* out) {
+  const std::string s(v);
+  char* end = nullptr;
+  const long long n = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || !end || *end || n < lo || n > hi) return false;
+  *out = n;
+  return true;
+}
+
+}  // namespace
+
+int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view value, bool cublas,
+                        std::string* why) {
+  if (key == "kernel") {
+    if (value == "auto") {
+      o.forced = -1;
+      return NIBBLE_OK;
+    }
+    const KernelDesc* d = find_kernel(value);
+    if (!d) {
+      *why = "kernel: expected one of " + kernel_names() + ", found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    if (d->family == Family::cublas && !cublas) {
+      *why = "kernel=cublas: cuBLAS cannot be loaded";
+      return NIBBLE_ERR_UNSUPPORTED;
+    }
+    o.forced = d->id;
+    return NIBBLE_OK;
+  }
+  int64_t n = 0;
+  if (key == "cublas_min_m") {
+    if (!parse_int(value, 0, INT64_MAX, &n)) {
+      *why = "cublas_min_m: expected an integer >= 0, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.cublas_min_m = n;
+    return NIBBLE_OK;
+  }
+  if (key == "overlap") {
+    if (value != "0" && value != "1") {
+      *why = "overlap: expected 0 or 1, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.overlap = value == "1";
+    return NIBBLE_OK;
+  }
+  if (key == "min_stages") {
+    if (!parse_int(value, 0, 1 << 20, &n)) {
+      *why = "min_stages: expected 0 (default) or a count of k stages, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.min_stages = int32_t(n);
+    return NIBBLE_OK;
+  }
+  *why = "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages)";
+  return NIBBLE_ERR_UNSUPPORTED;
+}
+
+PlanOptions options_from_environment() {
+  PlanOptions o;
+  std::string ignored;
+  // An unknown kernel name in the environment leaves the automatic choice (kernel=... through
+  // set_option reports it); cublas is accepted here and declined per call if it does not load.
+  if (const char* k = std::getenv("NIBBLE_CUDA_KERNEL")) set_plan_option(o, "kernel", k, true, &ignored);
+  if (const char* m = std::getenv("NIBBLE_CUDA_CUBLAS_MIN_M"))
+    set_plan_option(o, "cublas_min_m", m, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_OVERLAP")) set_plan_option(o, "overlap", v, true, &ignored);
+  return o;
+}
+
+std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, int64_t m) {
+  if (dev.cc < d.min_cc || dev.cc > d.max_cc)
+    return std::string("kernel ") + d.name + " runs on " + cc_name(d.min_cc) +
+           (d.max_cc == kAnyCc     ? " and newer"
+            : d.max_cc == d.min_cc ? " only"
+                                   : " to " + cc_name(d.max_cc)) +
+           "; the device is " + cc_name(dev.cc);
+  if (d.family == Family::cublas) return dev.cublas ? "" : "cuBLAS cannot be loaded";
+  if (d.family == Family::wgmma && !dev.wgmma_built)
+    return std::string("kernel ") + d.name + " is not in this build (meson option nvcc_archs has no 90)";
+  const KernelInfo& ki = dev.info[d.id];
+  if (ki.slots <= 0)
+    return std::string("kernel ") + d.name + " cannot be resident on this device (" +
+           std::to_string(ki.threads) + " threads, " + std::to_string(ki.smem_bytes) +
+           " bytes of shared memory per block)";
+  const int64_t m_tiles = (m + ki.bm - 1) / ki.bm, n_tiles = s.n_pad / ki.bn;
+  if (d.family == Family::gemv && m_tiles > 65535)
+    return std::string("kernel ") + d.name + " takes at most " + std::to_string(65535 * int64_t(ki.bm)) +
+           " rows per call, found M=" + std::to_string(m);
+  if (m_tiles * n_tiles * s.kt >= (int64_t(1) << 31))
+    return std::string("M=") + std::to_string(m) + " x N=" + std::to_string(s.n) +
+           " x K=" + std::to_string(s.k) + " is too large for one launch of " + d.name;
+  return "";
+}
+
+namespace {
+
+// Launch geometry of a kernel that can take the call.
+void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, const PlanOptions& o,
+              int64_t m, Plan& plan) {
+  if (d.family == Family::cublas) return;
+  const KernelInfo& ki = dev.info[d.id];
+  plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
+  plan.n_tiles = int32_t(s.n_pad / ki.bn);
+  const int64_t slots = std::max(1, ki.slots);
+  plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
+  if (d.family == Family::gemv) {
+    // K splits. Blocks run in waves of `slots`, so the time is about
+    //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
+    // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the
+    // least is used, with at least one batch per warp (or `min_stages` batches if set).
+    const int64_t tiles = int64_t(plan.m_tiles) * plan.n_tiles;
+    const int64_t batches = (s.ku + ki.step_units - 1) / ki.step_units;
+    const int64_t warps = ki.threads / 32;
+    if (o.min_stages > 0) {
+      plan.grid = int32_t(std::clamp<int64_t>(batches / (warps * o.min_stages), 1, 65535));
+      return;
+    }
+    const int64_t most = std::clamp<int64_t>(batches / warps, 1, 1024);
+    double best = 0;
+    for (int64_t sp = 1; sp <= most; ++sp) {
+      const double t =
+          double((tiles * sp + slots - 1) / slots) * (double(batches) / double(warps * sp) + 4.0);
+      if (sp == 1 || t < best) best = t, plan.grid = int32_t(sp);
+    }
+    return;
+  }
+  // Stream-K: at most one wave of resident blocks, each with at least `min_stages` k stages.
+  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * s.kt;
+  const int64_t stages = o.min_stages > 0 ? o.min_stages : d.min_stages;
+  const int64_t grid = std::min(std::max<int64_t>(1, work / stages), slots);
+  plan.grid = int32_t(std::min(grid, work));
+}
+
+}  // namespace
+
+Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o, int64_t m) {
+  Plan plan;
+  if (o.forced >= 0) {
+    const KernelDesc& d = kernel_desc(KernelId(o.forced));
+    plan.kernel = d.id;
+    if (std::string why = decline_reason(d, dev, s, m); !why.empty()) {
+      plan.declined = why;
+      return plan;
+    }
+    geometry(d, dev, s, o, m, plan);
+    return plan;
+  }
+  const int64_t weights = s.k * s.n;
+  for (const ChoiceRule& r : kChoiceRules) {
+    if (!in(dev.cc, r.min_cc, r.max_cc) || !in(m, r.min_m, r.max_m) ||
+        !in(weights, r.min_weights, r.max_weights) || !in(s.k, r.min_k, r.max_k) ||
+        !in(s.n, r.min_n, r.max_n))
+      continue;
+    const KernelDesc& d = kernel_desc(r.kernel);
+    if (d.family == Family::cublas && (o.cublas_min_m <= 0 || m < o.cublas_min_m)) continue;
+    if (!decline_reason(d, dev, s, m).empty()) continue;
+    plan.kernel = d.id;
+    geometry(d, dev, s, o, m, plan);
+    return plan;
+  }
+  plan.declined = "no kernel of cuda_w4a16 takes M=" + std::to_string(m) + " on " + cc_name(dev.cc);
+  return plan;
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,95 @@
+// The kernel menu of cuda_w4a16 as data, and the choice per call. Plain C++ with no CUDA calls:
+// every decision here is made from facts the caller passes in (device capability, occupancy,
+// layer shape, options), so test_plan.cpp checks it without a GPU.
+//
+// Two tables (plan.cpp): kKernelTable says what each kernel is and what it can take (architecture,
+// limits); kChoiceRules says which kernel the automatic choice runs for a given architecture, M and
+// layer shape: the first row that matches and whose kernel can take the call wins. Thresholds live
+// only in kChoiceRules; docs/cuda.md has the measurements behind them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kernel_params.h"
+
+namespace nibble::cuda {
+
+enum class Family : int32_t { gemv, mma, wgmma, cublas };
+
+/// One kernel of the menu.
+struct KernelDesc {
+  const char* name;  ///< option value (`kernel`, NIBBLE_CUDA_KERNEL) and describe_kernel's name
+  KernelId id;       ///< launcher id
+  Family family;
+  int32_t min_cc;       ///< lowest compute capability (major * 10 + minor) its code runs on
+  int32_t max_cc;       ///< highest (sm_90a code runs on 9.0 only)
+  int32_t min_stages;   ///< stream-K (mma, wgmma): fewest k stages per block; GEMV: 0 (its own cost model)
+  const char* summary;  ///< tile and method, for docs and messages
+};
+
+/// Every kernel, one row per KernelId (kCublas last).
+extern const KernelDesc kKernelTable[];
+extern const int kKernelTableSize;
+/// The row of `name`, or null.
+const KernelDesc* find_kernel(std::string_view name);
+/// The row of `id`.
+const KernelDesc& kernel_desc(KernelId id);
+
+/// One row of the automatic choice. Bounds are inclusive; 0 as an upper bound means none.
+struct ChoiceRule {
+  int32_t min_cc, max_cc;
+  int64_t min_m, max_m;
+  int64_t min_weights, max_weights;  ///< K * N of the layer
+  int64_t min_k, max_k;
+  int64_t min_n, max_n;
+  KernelId kernel;
+};
+extern const ChoiceRule kChoiceRules[];
+extern const int kChoiceRulesSize;
+
+/// What the plan knows of the device.
+struct DeviceFacts {
+  int32_t cc = 0;                    ///< compute capability, major * 10 + minor
+  const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
+  bool cublas = false;               ///< cuBLAS loaded
+  bool wgmma_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
+};
+
+/// What the plan knows of the layer (from its LayoutPlan).
+struct ShapeFacts {
+  int64_t k = 0, n = 0, n_pad = 0;
+  int32_t ku = 0, kt = 0;
+};
+
+/// The plugin's options (set_option / environment).
+struct PlanOptions {
+  int32_t forced = -1;        ///< KernelId forced for every call, -1 = automatic
+  int64_t cublas_min_m = 65;  ///< smallest M the automatic choice may send to cuBLAS (0 = never)
+  int32_t min_stages = 0;     ///< override of KernelDesc::min_stages / GEMV batches per warp (0 = none)
+  bool overlap = true;        ///< PDL launches where the kernel supports them (sm_90+)
+};
+
+/// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,
+/// what it takes and what was found. cuBLAS must be loadable for kernel=cublas (`cublas`).
+int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view value, bool cublas,
+                        std::string* why);
+/// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP.
+PlanOptions options_from_environment();
+
+/// Why `d` cannot run M rows of `s` on `dev` ("" when it can).
+std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, int64_t m);
+
+/// One call's choice: the kernel and its launch geometry.
+struct Plan {
+  KernelId kernel = kV1;
+  int32_t grid = 0;  ///< stream-K blocks, or GEMV K splits
+  int32_t m_tiles = 0, n_tiles = 0;
+  bool overlap = false;  ///< launch as a programmatic dependent
+  std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
+};
+
+Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o, int64_t m);
+
+}  // namespace nibble::cuda

@@ -1,0 +1,198 @@
+// The preparation kernels: process_weights' repack of the canonical tensors into the packed layout
+// (layout.h), apply's gather of x (act order, padding), and the pieces of the dequantize + cuBLAS
+// path (dense dequantization, bias).
+#include "device_ops.cuh"
+#include "kernels.h"
+
+namespace nibble::cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// process_weights and helper kernels (run once per layer, or cheap next to the matmul).
+
+// One thread per (strip, k-unit, lane): gathers its 32 codes from the canonical qweight.
+__global__ void repack_weights_kernel(const uint32_t* __restrict__ qweight, int64_t k, int64_t n,
+                                      const int32_t* __restrict__ perm, int32_t strips, int32_t ku,
+                                      uint4* __restrict__ out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(strips) * ku * 32) return;
+  const int lane = int(idx & 31);
+  const int64_t rest = idx >> 5;
+  const int64_t unit_k = rest % ku, strip = rest / ku;
+  uint32_t words[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int row, col;
+      unit_nibble_position(lane, w, j, &row, &col);
+      const int64_t kk = unit_k * kUnitK + row, nn = strip * kStripN + col;
+      const int64_t src = perm ? perm[kk] : kk;
+      uint32_t code = 0;
+      if (nn < n && src >= 0 && src < k) code = (qweight[(src >> 3) * n + nn] >> (4 * (src & 7))) & 0xfu;
+      word |= code << (4 * j);
+    }
+    words[w] = word;
+  }
+  out[idx] = make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ float load_scale(const void* scales, int32_t dtype, int64_t i) {
+  if (dtype == 3) return static_cast<const float*>(scales)[i];
+  const uint16_t bits = static_cast<const uint16_t*>(scales)[i];
+  if (dtype == 2) return __uint_as_float(uint32_t(bits) << 16);
+  __half_raw r;
+  r.x = bits;
+  return __half2float(__half(r));
+}
+
+// One thread per (packed group, strip, gid): the four entries of its scale and zero records.
+template <class T>
+__global__ void repack_records_kernel(const void* __restrict__ scales, int32_t scale_dtype,
+                                      const uint8_t* __restrict__ zeros, int64_t n,
+                                      const int32_t* __restrict__ gmap, int32_t groups_pad, int32_t strips,
+                                      T* __restrict__ scale_rec, uint8_t* __restrict__ zero_rec) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(groups_pad) * strips * 8) return;
+  const int gid = int(idx & 7);
+  const int64_t strip = (idx >> 3) % strips, g = (idx >> 3) / strips;
+  const int64_t cg = gmap[g];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t col = strip * kStripN + record_col(gid, r);
+    const bool ok = cg >= 0 && col < n;
+    scale_rec[idx * 4 + r] = Ops<T>::from_float(ok ? load_scale(scales, scale_dtype, cg * n + col) : 0.f);
+    if (zero_rec) zero_rec[idx * 4 + r] = ok && zeros ? zeros[cg * n + col] : uint8_t(8);
+  }
+}
+
+// One thread per 8 output elements (16 bytes) of x'.
+__global__ void prep_x_kernel(const uint16_t* __restrict__ x, int64_t m, int64_t k,
+                              const int32_t* __restrict__ perm, int64_t kp, uint16_t* __restrict__ out) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunks = kp / 8;
+  if (idx >= m * chunks) return;
+  const int64_t row = idx / chunks, j0 = (idx % chunks) * 8;
+  uint16_t v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int64_t src = perm ? perm[j0 + e] : j0 + e;
+    v[e] = (src >= 0 && src < k) ? x[row * k + src] : uint16_t(0);
+  }
+  uint4 o;
+  o.x = v[0] | (uint32_t(v[1]) << 16);
+  o.y = v[2] | (uint32_t(v[3]) << 16);
+  o.z = v[4] | (uint32_t(v[5]) << 16);
+  o.w = v[6] | (uint32_t(v[7]) << 16);
+  reinterpret_cast<uint4*>(out)[idx] = o;
+}
+
+// Dense copy of the weights for the cuBLAS path. One block of 8 warps per (8 strips, k-unit):
+// each lane dequantizes its 32 weights (the matmul's rounding: (q - z) exact, one rounding of the
+// product) into a shared 32 x 256 tile, which the block then writes as 32 rows of 512 contiguous
+// bytes (16-byte stores; a lane's own values are 4 columns x 8 rows apart, which would make
+// 2-byte scattered stores).
+template <class T>
+__global__ void __launch_bounds__(256) dequant_dense_kernel(const uint4* __restrict__ w, const T* __restrict__ scale_rec,
+                                                            const uint8_t* __restrict__ zero_rec, int32_t strips,
+                                                            int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc,
+                                                            T* __restrict__ out) {
+  constexpr int kPitch = 8 * kStripN + 8;  // halves; 16-byte padding against bank conflicts
+  __shared__ __align__(16) uint16_t tile[kUnitK][kPitch];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2;
+  const int unit_k = blockIdx.y;
+  const int64_t strip = n0 / kStripN + int64_t(blockIdx.x) * 8 + warp;
+  const uint4 q = w[(strip * ku + unit_k) * 32 + lane];
+  const int64_t g = unit_group(unit_k, g_magic);
+  const int64_t rec = (g * strips + strip) * 8 + gid;
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int wd = 0; wd < 4; ++wd)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int row, col;
+      unit_nibble_position(lane, wd, j, &row, &col);
+      const int r = 2 * (col >> 4) + ((col >> 3) & 1);  // record entry of this column
+      const float s = Ops<T>::to_float(scale_rec[rec * 4 + r]);
+      const int z = zero_rec ? zero_rec[rec * 4 + r] : 8;
+      const int code = int((words[wd] >> (4 * j)) & 0xfu);
+      const T v = Ops<T>::from_float(float(code - z) * s);
+      tile[row][warp * kStripN + col] = *reinterpret_cast<const uint16_t*>(&v);
+    }
+  __syncthreads();
+  T* dst = out + int64_t(unit_k) * kUnitK * nc + int64_t(blockIdx.x) * 8 * kStripN;
+#pragma unroll
+  for (int i = threadIdx.x; i < kUnitK * 32; i += 256) {  // 32 rows x 32 chunks of 16 bytes
+    const int row = i >> 5, chunk = i & 31;
+    *reinterpret_cast<uint4*>(dst + int64_t(row) * nc + chunk * 8) =
+        *reinterpret_cast<const uint4*>(&tile[row][chunk * 8]);
+  }
+}
+
+template <class T>
+__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t m, int64_t n) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= m * n) return;
+  y[idx] = Ops<T>::from_float(Ops<T>::to_float(y[idx]) + Ops<T>::to_float(bias[idx % n]));
+}
+
+int blocks_for(int64_t threads, int per_block = 256) { return int((threads + per_block - 1) / per_block); }
+
+}  // namespace
+
+cudaError_t launch_repack_weights(const uint32_t* qweight, int64_t k, int64_t n, const int32_t* perm,
+                                  int32_t strips, int32_t ku, void* out, cudaStream_t stream) {
+  const int64_t threads = int64_t(strips) * ku * 32;
+  repack_weights_kernel<<<blocks_for(threads), 256, 0, stream>>>(qweight, k, n, perm, strips, ku,
+                                                                 static_cast<uint4*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_repack_records(const void* scales, int32_t scale_dtype, const uint8_t* zeros, int64_t n,
+                                  const int32_t* gmap, int32_t groups_pad, int32_t strips, Act act,
+                                  void* scale_rec, uint8_t* zero_rec, cudaStream_t stream) {
+  const int64_t threads = int64_t(groups_pad) * strips * 8;
+  if (act == Act::f16)
+    repack_records_kernel<__half><<<blocks_for(threads), 256, 0, stream>>>(
+        scales, scale_dtype, zeros, n, gmap, groups_pad, strips, static_cast<__half*>(scale_rec), zero_rec);
+  else
+    repack_records_kernel<__nv_bfloat16><<<blocks_for(threads), 256, 0, stream>>>(
+        scales, scale_dtype, zeros, n, gmap, groups_pad, strips, static_cast<__nv_bfloat16*>(scale_rec), zero_rec);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_prep_x(const void* x, int64_t m, int64_t k, const int32_t* perm, int64_t kp, void* out,
+                          cudaStream_t stream) {
+  const int64_t threads = m * (kp / 8);
+  prep_x_kernel<<<blocks_for(threads), 256, 0, stream>>>(static_cast<const uint16_t*>(x), m, k, perm, kp,
+                                                         static_cast<uint16_t*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uint8_t* zero_rec, int32_t strips,
+                                 int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc, Act act, void* out,
+                                 cudaStream_t stream) {
+  const dim3 grid(unsigned(nc / (8 * kStripN)), unsigned(ku));
+  if (act == Act::f16)
+    dequant_dense_kernel<__half><<<grid, 256, 0, stream>>>(static_cast<const uint4*>(w),
+                                                           static_cast<const __half*>(scale_rec), zero_rec, strips,
+                                                           ku, g_magic, n0, nc, static_cast<__half*>(out));
+  else
+    dequant_dense_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
+        static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, strips, ku, g_magic, n0,
+        nc, static_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream) {
+  if (act == Act::f16)
+    add_bias_kernel<__half><<<blocks_for(m * n), 256, 0, stream>>>(static_cast<__half*>(y),
+                                                                   static_cast<const __half*>(bias), m, n);
+  else
+    add_bias_kernel<__nv_bfloat16><<<blocks_for(m * n), 256, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(bias), m, n);
+  return cudaGetLastError();
+}
+
+}  // namespace nibble::cuda

@@ -1,0 +1,210 @@
+// GPU-free tests of cuda_w4a16's kernel menu and choice (plan.h): the tables are consistent, the
+// automatic choice always finds a kernel that can take the call on every supported architecture,
+// a forced kernel that cannot take a call declines it with a reason (never a silent substitute),
+// launch geometries stay in their kernels' bounds, and options parse or say why not.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <set>
+#include <string>
+
+#include "layout.h"
+#include "plan.h"
+#include "test_util.h"
+
+using namespace nibble;
+using namespace nibble::cuda;
+
+std::string nibble::test::skip_reason() { return {}; }
+
+namespace {
+
+// Tiles as kernel setup reports them (kernels.h; gemv.cu and mma_sync.cu), occupancy of an H200-like
+// device with 132 SMs.
+struct FakeDevice {
+  KernelInfo info[kNumKernels]{};
+  FakeDevice() {
+    auto set = [&](KernelId id, int bn, int bm, int threads, int per_sm, int step) {
+      info[id] = KernelInfo{kernel_desc(id).name, bn, bm, threads, 0, per_sm * 132, step};
+    };
+    set(kS1, 128, 8, 128, 4, 2);
+    set(kS2, 128, 16, 128, 4, 2);
+    set(kS4, 128, 32, 128, 3, 2);
+    set(kS8, 128, 64, 128, 2, 2);
+    set(kL, 256, 128, 256, 1, 2);
+    set(kV1, 64, 8, 128, 4, 4);
+    set(kV2, 64, 16, 128, 3, 4);
+    set(kV4, 64, 32, 128, 2, 2);
+    set(kV2u2, 64, 16, 128, 4, 2);
+    set(kWg16, 256, 16, 384, 1, 2);
+    set(kWg32, 256, 32, 384, 1, 2);
+    set(kWg64, 256, 64, 384, 1, 2);
+    set(kWg128, 256, 128, 384, 1, 2);
+  }
+  DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
+    DeviceFacts f;
+    f.cc = cc;
+    f.info = info;
+    f.cublas = cublas;
+    f.wgmma_built = wgmma;
+    return f;
+  }
+};
+
+ShapeFacts shape(int64_t k, int64_t n) {
+  ShapeFacts s;
+  s.k = k;
+  s.n = n;
+  s.n_pad = (n + kNPad - 1) / kNPad * kNPad;
+  const int64_t k_pad = (k + kTileK - 1) / kTileK * kTileK;
+  s.ku = int32_t(k_pad / kUnitK);
+  s.kt = int32_t(k_pad / kTileK);
+  return s;
+}
+
+const std::pair<int64_t, int64_t> kShapes[] = {{4096, 6144},  {4096, 4096}, {4096, 28672}, {14336, 4096},
+                                               {8192, 10240}, {8192, 8192}, {8192, 57344}, {28672, 8192},
+                                               {64, 16},      {130, 40},    {4100, 24}};
+const int64_t kMs[] = {1,  2,  3,   4,   7,   8,   9,   15,  16,   17,   31,   32,   33,     63,
+                       64, 65, 127, 128, 129, 255, 256, 257, 1000, 1024, 4096, 8191, 100000, 1000000};
+
+// The geometry of a plan is within its kernel's launch bounds.
+void check_geometry(const Plan& p, const ShapeFacts& s, const FakeDevice& d, int64_t m) {
+  const KernelDesc& kd = kernel_desc(p.kernel);
+  if (kd.family == Family::cublas) return;
+  const KernelInfo& ki = d.info[p.kernel];
+  CHECK(p.m_tiles == (m + ki.bm - 1) / ki.bm);
+  CHECK(p.n_tiles == s.n_pad / ki.bn);
+  CHECK(p.grid >= 1);
+  if (kd.family == Family::gemv) {
+    CHECK(p.grid <= 65535);
+    CHECK(p.grid <= s.ku);
+    CHECK(p.m_tiles <= 65535);
+  } else {
+    CHECK(int64_t(p.grid) <= int64_t(p.m_tiles) * p.n_tiles * s.kt);
+    CHECK(p.grid <= ki.slots);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the kernel table has one row per kernel id, in id order, with unique names") {
+  REQUIRE(kKernelTableSize == int(kNumKernels) + 1);
+  std::set<std::string> names;
+  for (int i = 0; i < kKernelTableSize; ++i) {
+    const KernelDesc& d = kKernelTable[i];
+    CHECK(int(d.id) == i);
+    CHECK(names.insert(d.name).second);
+    CHECK(find_kernel(d.name) == &d);
+    CHECK(d.min_cc >= 80);
+    CHECK(d.max_cc >= d.min_cc);
+    CHECK((d.family == Family::mma || d.family == Family::wgmma) == (d.min_stages > 0));
+  }
+  CHECK(find_kernel("nonesuch") == nullptr);
+  CHECK(kernel_desc(kCublas).family == Family::cublas);
+}
+
+TEST_CASE("every choice rule names a kernel that runs on the rule's architectures") {
+  for (int i = 0; i < kChoiceRulesSize; ++i) {
+    const ChoiceRule& r = kChoiceRules[i];
+    const KernelDesc& d = kernel_desc(r.kernel);
+    INFO("rule " << i << " -> " << d.name);
+    CHECK(r.min_cc >= d.min_cc);
+    CHECK(r.max_cc <= d.max_cc);
+    CHECK(r.min_m >= 1);
+    CHECK((r.max_m == 0 || r.max_m >= r.min_m));
+  }
+}
+
+TEST_CASE("the automatic choice finds a kernel for every M and shape on every architecture") {
+  const FakeDevice dev;
+  for (int cc : {80, 86, 89, 90, 100, 120})
+    for (bool wgmma : {false, true})
+      for (bool cublas : {false, true})
+        for (int64_t cublas_min_m : {int64_t(0), int64_t(65), int64_t(1)})
+          for (const auto& [k, n] : kShapes)
+            for (int64_t m : kMs) {
+              PlanOptions o;
+              o.cublas_min_m = cublas_min_m;
+              const ShapeFacts s = shape(k, n);
+              const Plan p = make_plan(s, dev.facts(cc, cublas, wgmma), o, m);
+              INFO("cc " << cc << " wgmma " << wgmma << " cublas " << cublas << " min_m " << cublas_min_m
+                         << " " << k << "x" << n << " M=" << m);
+              REQUIRE_MESSAGE(p.declined.empty(), p.declined);
+              const KernelDesc& kd = kernel_desc(p.kernel);
+              CHECK(cc >= kd.min_cc);
+              CHECK(cc <= kd.max_cc);
+              if (kd.family == Family::cublas) {
+                CHECK(cublas);
+                CHECK(cublas_min_m > 0);
+                CHECK(m >= cublas_min_m);
+              }
+              CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
+              // Hopper runs its own kernel from M = 9 on when the build has it.
+              if (cc == 90 && wgmma && m > 8) CHECK(kd.family == Family::wgmma);
+              if (!wgmma) CHECK(kd.family != Family::wgmma);
+              check_geometry(p, s, dev, m);
+            }
+}
+
+TEST_CASE("a forced kernel runs every call it can take and declines the others with a reason") {
+  const FakeDevice dev;
+  for (int i = 0; i < kKernelTableSize; ++i)
+    for (int cc : {80, 90})
+      for (const auto& [k, n] : kShapes)
+        for (int64_t m : kMs) {
+          PlanOptions o;
+          o.forced = i;
+          const ShapeFacts s = shape(k, n);
+          const DeviceFacts f = dev.facts(cc, false, true);
+          const Plan p = make_plan(s, f, o, m);
+          CHECK(int(p.kernel) == i);  // never another kernel in its place
+          const std::string why = decline_reason(kKernelTable[i], f, s, m);
+          CHECK(p.declined == why);
+          if (why.empty()) check_geometry(p, s, dev, m);
+        }
+  // The reasons say what was expected and what was found.
+  PlanOptions o;
+  o.forced = kCublas;
+  CHECK(make_plan(shape(64, 16), dev.facts(90, false), o, 1).declined == "cuBLAS cannot be loaded");
+  o.forced = kV1;
+  const Plan big = make_plan(shape(64, 16), dev.facts(90, false), o, 65535 * 8 + 1);
+  CHECK(big.declined == "kernel v1 takes at most 524280 rows per call, found M=524281");
+  o.forced = kV1;
+  const Plan old = make_plan(shape(64, 16), dev.facts(75, false), o, 1);
+  CHECK(old.declined == "kernel v1 runs on sm_80 and newer; the device is sm_75");
+  o.forced = kWg64;
+  CHECK(make_plan(shape(64, 16), dev.facts(89, false), o, 64).declined ==
+        "kernel wg64 runs on sm_90 only; the device is sm_89");
+  CHECK(make_plan(shape(64, 16), dev.facts(100, false), o, 64).declined ==
+        "kernel wg64 runs on sm_90 only; the device is sm_100");
+  CHECK(make_plan(shape(64, 16), dev.facts(90, false, false), o, 64).declined ==
+        "kernel wg64 is not in this build (meson option nvcc_archs has no 90)");
+  CHECK(make_plan(shape(64, 16), dev.facts(90, false, true), o, 64).declined.empty());
+}
+
+TEST_CASE("options: each takes what it documents and names what it found otherwise") {
+  PlanOptions o;
+  std::string why;
+  CHECK(set_plan_option(o, "kernel", "v2u2", false, &why) == NIBBLE_OK);
+  CHECK(o.forced == kV2u2);
+  CHECK(set_plan_option(o, "kernel", "auto", false, &why) == NIBBLE_OK);
+  CHECK(o.forced == -1);
+  CHECK(set_plan_option(o, "kernel", "cublas", false, &why) == NIBBLE_ERR_UNSUPPORTED);
+  CHECK(set_plan_option(o, "kernel", "cublas", true, &why) == NIBBLE_OK);
+  CHECK(o.forced == kCublas);
+  CHECK(set_plan_option(o, "kernel", "v9", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("found 'v9'") != std::string::npos);
+  CHECK(why.find("v1") != std::string::npos);
+  CHECK(set_plan_option(o, "cublas_min_m", "-1", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(set_plan_option(o, "cublas_min_m", "300", false, &why) == NIBBLE_OK);
+  CHECK(o.cublas_min_m == 300);
+  CHECK(set_plan_option(o, "overlap", "2", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(set_plan_option(o, "overlap", "0", false, &why) == NIBBLE_OK);
+  CHECK(!o.overlap);
+  CHECK(set_plan_option(o, "min_stages", "x", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(set_plan_option(o, "min_stages", "16", false, &why) == NIBBLE_OK);
+  CHECK(o.min_stages == 16);
+  CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
+  CHECK(why.find("unknown option 'colour'") != std::string::npos);
+}

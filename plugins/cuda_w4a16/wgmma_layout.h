@@ -1,0 +1,98 @@
+// The shared-memory images and fragment mappings of the sm_90a kernel (wgmma.cu), as index
+// functions shared by the kernel and the host-side replay in layout_check.cpp. Plain C++ usable
+// from both nvcc and g++. The global packed layout is layout.h's, unchanged: this kernel reads the
+// same units as the mma.sync kernels.
+//
+// Block tile: kWgBN = 256 output features (8 strips) x BM rows of x, K in stages of 64 (2 units).
+// Two consumer warpgroups of 4 warps each; consumer warp c (0..7) owns strip c of the tile.
+//
+// Weights: the A operand, from registers (wgmma's RS form). wgmma.m64nNk16's A fragment of a warp
+// is mma.m16n8k16's A fragment (row gid + 8 (j & 1), column 2 tig + 8 (j >> 1) of the warp's 16
+// rows), so word 2 ks + nt of a lane's unit word (layout.h) dequantizes into exactly the lane's
+// A registers for k16 step ks and n16 half nt of its strip. Warp w of a warpgroup supplies rows
+// 16 w .. 16 w + 15 of the m64 tile: one wgmma per (k16 step, n16 half) covers the warpgroup's 4
+// strips' halves nt, its D row 16 w + r being feature 32 (4 g + w) + 16 nt + r of the tile (g: the
+// warpgroup). Each stage holds, per strip, its 2 units as in global memory (one 1 KiB bulk copy).
+//
+// x: the B operand, from shared memory through a matrix descriptor: K-major, 128-byte swizzle.
+// Row r of the stage (a row of x) is 128 bytes, the 8-row atoms 1024 bytes apart (SBO), and the
+// 16-byte chunk c of row r sits at chunk position c ^ (r % 8) (the swizzle, on absolute addresses:
+// every stage's x tile starts on a 1024-byte boundary). wgmma reads k16 step t of the stage at
+// start address + 32 t. Since the packed rows inside a unit are in layout.h's K permutation (which
+// suits mma.sync's register B fragments), the producer stores x permuted the same way: the word
+// holding k = 2p, 2p + 1 of a stage (p = 0..31, physical order) goes to the mma's k index of that
+// row pair, 4-byte word j = 4 (w & 1) + w / 2 of its k16 step (w = p % 8).
+#pragma once
+
+#include <cstdint>
+
+#include "layout.h"
+
+namespace nibble::cuda {
+
+constexpr int kWgBN = 256;  // output features per block tile
+constexpr int kWgStrips = kWgBN / kStripN;
+constexpr int kWgXRowBytes = 128;  // one row of x per stage: 64 k x 2 bytes
+constexpr int kWgUnitsPerStage = kTileK / kUnitK;
+
+/// Byte offset, inside a stage's x tile, of the 4-byte word holding x[row r][k = 2p, 2p + 1] of the
+/// stage (p = 0..31, k in the packed physical order).
+NIBBLE_HD uint32_t wg_x_offset(int r, int p) {
+  const int step = p >> 3, w = p & 7;
+  const int j = ((w & 1) << 2) | (w >> 1);  // word of the mma's k order within the k16 step
+  const int chunk = 2 * step + (j >> 2);    // 16-byte chunk before the swizzle
+  return uint32_t(r * kWgXRowBytes + ((chunk ^ (r & 7)) << 4) + 4 * (j & 3));
+}
+
+/// The wgmma descriptor of k16 step t (0..3) of the x tile at shared address `x_tile` (a multiple
+/// of 1024): start address + 32 t, LBO 16 (unused by swizzled K-major layouts), SBO 1024, 128-byte
+/// swizzle (PTX ISA, "Matrix Descriptor Format").
+NIBBLE_HD uint64_t wg_x_desc(uint32_t x_tile, int t) {
+  const uint32_t start = x_tile + 32u * uint32_t(t);
+  return uint64_t((start & 0x3FFFFu) >> 4) | (uint64_t(16 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+/// The shared address wgmma reads for element (k, n) (k = 0..15 of the k16 step, n = 0..N-1) of a
+/// K-major 128-byte-swizzled 16-bit B operand described by `desc`: the canonical layout (8-row
+/// atoms of 128-byte rows, SBO between atoms), then the swizzle of the address bits [4, 7) by
+/// [7, 10). Only the replay in layout_check.cpp calls this: it is how the hardware reads, written
+/// down so the kernel's stores can be checked against it.
+NIBBLE_HD uint32_t wg_b_address(uint64_t desc, int k, int n) {
+  const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
+  const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+  const uint32_t logical = start + uint32_t(n >> 3) * sbo + uint32_t(n & 7) * 128u + uint32_t(k) * 2u;
+  return logical ^ (((logical >> 7) & 7u) << 4);
+}
+
+/// Byte offsets inside a stage's weight, scale and zero images (one bulk copy per strip for the
+/// weights, per unit for the records of the tile's 8 strips).
+NIBBLE_HD uint32_t wg_w_offset(int strip, int unit, int lane) {
+  return uint32_t(strip * 1024 + unit * 512 + lane * 16);
+}
+NIBBLE_HD uint32_t wg_s_offset(int unit, int strip, int gid) {
+  return uint32_t(unit * 512 + strip * 64 + gid * 8);
+}
+NIBBLE_HD uint32_t wg_z_offset(int unit, int strip, int gid) {
+  return uint32_t(unit * 256 + strip * 32 + gid * 4);
+}
+
+/// Accumulator element i (0 .. N/2 - 1) of lane `lane` of warp w of a warpgroup, for one
+/// m64nNk16 result: row of the m64 tile and column n (a row of x within the tile).
+NIBBLE_HD void wg_acc_position(int w, int lane, int i, int* row, int* col) {
+  const int gid = lane >> 2, tig = lane & 3;
+  *row = 16 * w + gid + 8 * ((i >> 1) & 1);
+  *col = 8 * (i >> 2) + 2 * tig + (i & 1);
+}
+
+/// Where accumulator element i of n16 half nt of lane `lane` of consumer warp cw (0..7) lands in the
+/// block tile: output feature (0..255) and row of x (0..BM-1). (wg_acc_position with the strip of
+/// the warp: D row 16 w + r is feature 32 cw + 16 nt + r.)
+NIBBLE_HD void wg_output_position(int cw, int lane, int nt, int i, int* feature, int* row) {
+  int r64, col;
+  wg_acc_position(cw & 3, lane, i, &r64, &col);
+  *feature = cw * kStripN + 16 * nt + (r64 - 16 * (cw & 3));
+  *row = col;
+}
+
+}  // namespace nibble::cuda
