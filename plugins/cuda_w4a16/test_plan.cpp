@@ -140,9 +140,7 @@ TEST_CASE("the automatic choice finds a kernel for every M and shape on every ar
                 CHECK(m >= cublas_min_m);
               }
               CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
-              // Hopper runs its own kernel from M = 9 on when the build has it.
-              if (cc == 90 && wgmma && m > 8) CHECK(kd.family == Family::wgmma);
-              if (!wgmma) CHECK(kd.family != Family::wgmma);
+              CHECK(kd.family != Family::wgmma);  // measured slower everywhere: only when forced
               check_geometry(p, s, dev, m);
             }
 }
