@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <numeric>
 
 #include "nibble/error.h"
 
@@ -63,11 +64,14 @@ CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int worl
       throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: not divisible",
                                                  s.name, s.k, world));
     const int64_t kp = s.k / world, k0 = rank * kp;
-    if (kp % 8)
-      throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel K_part {} is not a multiple of 8 (codes are "
-                                                 "packed 8 rows to a word)", s.name, kp));
+    // A rank's rows must be whole words of the bit stream: 32 / gcd(32, b) rows (8 at 4 bits, 32 at 3).
+    const int64_t unit = 32 / std::gcd<int64_t>(32, s.bits);
+    if (kp % unit)
+      throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
+                                                 "multiple of {} ({}-bit codes are packed {} rows to a whole number of words)",
+                                                 s.name, s.k, world, kp, unit, s.bits, unit));
     out.spec.k = kp;
-    out.qweight = slice_rows(w.qweight, k0 / 8, kp / 8);
+    out.qweight = slice_rows(w.qweight, k0 * s.bits / 32, kp * s.bits / 32);
     if (s.act_order) {
       out.g_idx = slice_rows(w.g_idx, k0, kp);  // values still index the full layer's groups
       out.zeros = w.zeros;
@@ -77,8 +81,9 @@ CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int worl
       out.scales = w.scales;
     } else {
       if (kp % s.group_size)
-        throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel K_part {} is not a multiple of the group "
-                                                   "size {}: a group would straddle two ranks", s.name, kp, s.group_size));
+        throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
+                                                   "multiple of the group size {}: a group would straddle two ranks",
+                                                   s.name, s.k, world, kp, s.group_size));
       const int64_t g0 = k0 / s.group_size, ng = kp / s.group_size;
       out.zeros = slice_rows(w.zeros, g0, ng);
       out.scales = slice_rows(w.scales, g0, ng);
