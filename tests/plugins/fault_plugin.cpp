@@ -232,7 +232,7 @@ nibble_plugin_api make_api() {
   a.struct_size = kSize;
   a.name = PLUGIN_NAME;
   a.version = "0.0.1";
-  a.platform = "test";
+  a.platform = "cpu";  // host memory: what hosts hand a CPU backend
   a.description = "test plugin (" PLUGIN_NAME ")";
   a.priority = PLUGIN_PRIORITY;
   a.caps = kCaps;
