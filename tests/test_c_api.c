@@ -87,10 +87,11 @@ static nibble_host_linear* prepare_on(nibble_host_registry* reg, nibble_host_che
   nibble_host_linear* lin = NULL;
   if (!ok(nibble_host_policy_new(&pol), "policy_new")) return NULL;
   ok(nibble_host_policy_pin(pol, backend, 1), "policy_pin");
-  nibble_host_prepare_options o;
+  nibble_host_layer_options o;
   memset(&o, 0, sizeof o);
   o.struct_size = sizeof o;
   o.policy = pol;
+  o.device_type = kDLCPU;
   ok(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), backend);
   nibble_host_policy_free(pol);
   return lin;
@@ -194,7 +195,8 @@ int main(void) {
     nibble_host_policy* pol = NULL;
     ok(nibble_host_policy_from_toml("prefer = [\"test_good_b\"]\ndeny = [\"cpu_w4a16\"]\n", "inline.toml", &pol), "toml");
     nibble_host_selection* sel = NULL;
-    if (ok(nibble_host_select(reg, ck, layer, 0, pol, &sel), "select")) {
+    nibble_host_layer_options so = {sizeof so, pol, 0, 0, 0, NULL};
+    if (ok(nibble_host_select(reg, ck, layer, &so, &sel), "select")) {
       CHECK(nibble_host_selection_backend(sel) && strcmp(nibble_host_selection_backend(sel), "test_good_b") == 0, "winner %s",
             nibble_host_selection_backend(sel));
       int denied = 0, no_device = 0;
@@ -215,7 +217,18 @@ int main(void) {
     fails(nibble_host_policy_from_toml("prefer = [", "bad.toml", &bad), NIBBLE_HOST_ERR_FORMAT, "bad toml", n);
     ok(nibble_host_policy_pin(pol, "ghost", 1), "pin ghost");
     const char* n2[] = {"backend 'ghost'", "cpu_w4a16", NULL};
-    fails(nibble_host_select(reg, ck, layer, 0, pol, &sel), NIBBLE_HOST_ERR_NO_BACKEND, "pin ghost", n2);
+    fails(nibble_host_select(reg, ck, layer, &so, &sel), NIBBLE_HOST_ERR_NO_BACKEND, "pin ghost", n2);
+    /* Tensors on a CUDA device: the CPU backends are denied for it, and the trace says so. */
+    nibble_host_layer_options cuda = {sizeof cuda, NULL, 0, kDLCUDA, 0, NULL};
+    if (ok(nibble_host_select(reg, ck, layer, &cuda, &sel), "select for cuda")) {
+      nibble_host_candidate c;
+      c.struct_size = sizeof c;
+      ok(nibble_host_selection_candidate(sel, 0, &c), "candidate 0");
+      CHECK(nibble_host_selection_backend(sel) == NULL && c.verdict == NIBBLE_HOST_VERDICT_DENIED &&
+                strstr(c.reason, "device type cuda asked for") != NULL,
+            "%s", nibble_host_selection_trace(sel));
+      nibble_host_selection_free(sel);
+    }
     nibble_host_policy_free(pol);
   }
 
@@ -223,7 +236,7 @@ int main(void) {
   {
     nibble_host_policy* pol = NULL;
     ok(nibble_host_policy_from_toml("prefer = [\"test_process_fails\", \"test_good_b\"]\n", "fallback.toml", &pol), "toml");
-    nibble_host_prepare_options o = {sizeof o, pol, 0, 0, NULL};
+    nibble_host_layer_options o = {sizeof o, pol, 0, 0, 0, NULL};
     nibble_host_linear* lin = NULL;
     nibble_host_selection* sel = NULL;
     if (ok(nibble_host_prepare(reg, ck, layer, &o, &lin, &sel), "prepare with fallback")) {

@@ -2,6 +2,9 @@
 // selection and preparing layers. Applying them to DLPack tensors is in nibble_c_apply.cpp.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "nibble/version.h"
 #include "nibble_c_internal.h"
 
@@ -71,15 +74,41 @@ const LayerEntry& quantized_layer(const Checkpoint& ck, const char* name, const 
   return *e;
 }
 
-Selection select_layer(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint, const char* layer,
-                       int32_t act_dtype, const nibble_host_policy* policy, const char* function) {
-  const Registry& reg = *require(registry, function, "registry").registry;
-  const Checkpoint& ck = *require(checkpoint, function, "checkpoint").checkpoint;
-  const LayerEntry& e = quantized_layer(ck, layer, function);
-  return reg.select(ck.spec_of(e, act_dtype_arg(act_dtype, function)), policy ? policy->policy : Policy{});
+constexpr nibble_host_layer_options kDefaultLayerOptions{sizeof(nibble_host_layer_options), nullptr, 0, 0, 0, nullptr};
+
+// The caller's policy, plus a deny of every backend whose memory is not options.device_type.
+struct LayerRequest {
+  nibble_host_layer_options options;
+  Policy policy;
+  std::vector<std::string> wrong_device;  // the backends denied for their device
+};
+
+LayerRequest layer_request(const Registry& reg, const nibble_host_layer_options* options, const char* function) {
+  LayerRequest r{capi::read_sized(options, kDefaultLayerOptions, function, "options"), {}, {}};
+  if (r.options.device_id < 0)
+    throw Error(Errc::invalid_argument, fmt::format("{}: device_id {} is negative", function, r.options.device_id));
+  if (r.options.policy) r.policy = r.options.policy->policy;
+  if (r.options.device_type != 0)
+    for (const auto& b : reg.backends())
+      if (capi::dlpack_device_of(*b) != r.options.device_type) {
+        r.policy.global.deny.push_back(b->name());
+        r.wrong_device.push_back(b->name());
+      }
+  return r;
+}
+
+// Says why the backends of another device were denied.
+void explain_device_denials(const LayerRequest& r, Selection& sel) {
+  for (Candidate& c : sel.candidates)
+    if (c.verdict == Verdict::denied &&
+        std::find(r.wrong_device.begin(), r.wrong_device.end(), c.backend) != r.wrong_device.end())
+      c.reason = fmt::format("its memory is not where the tensors are (device type {} asked for)",
+                             capi::device_type_name(r.options.device_type));
 }
 
 }  // namespace
+
+extern "C" {}  // namespace
 
 extern "C" {
 
@@ -278,12 +307,17 @@ nibble_host_error* nibble_host_checkpoint_spec(const nibble_host_checkpoint* c, 
 // ---- selection --------------------------------------------------------------------------------
 
 nibble_host_error* nibble_host_select(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
-                                      const char* layer, int32_t act_dtype, const nibble_host_policy* policy,
+                                      const char* layer, const nibble_host_layer_options* options,
                                       nibble_host_selection** out) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_select";
     require(out, fn, "out");
-    Selection sel = select_layer(registry, checkpoint, layer, act_dtype, policy, fn);
+    const Registry& reg = *require(registry, fn, "registry").registry;
+    const Checkpoint& ck = *require(checkpoint, fn, "checkpoint").checkpoint;
+    const LayerRequest r = layer_request(reg, options, fn);
+    const LayerEntry& e = quantized_layer(ck, layer, fn);
+    Selection sel = reg.select(ck.spec_of(e, act_dtype_arg(r.options.act_dtype, fn)), r.policy);
+    explain_device_denials(r, sel);
     std::string trace = sel.trace();
     *out = new nibble_host_selection{std::move(sel), std::move(trace)};
   });
@@ -320,19 +354,19 @@ const char* nibble_host_selection_trace(const nibble_host_selection* s) { return
 // ---- prepared layers --------------------------------------------------------------------------
 
 nibble_host_error* nibble_host_prepare(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
-                                       const char* layer, const nibble_host_prepare_options* options,
+                                       const char* layer, const nibble_host_layer_options* options,
                                        nibble_host_linear** out, nibble_host_selection** selection) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_prepare";
     require(out, fn, "out");
     const Registry& reg = *require(registry, fn, "registry").registry;
     const Checkpoint& ck = *require(checkpoint, fn, "checkpoint").checkpoint;
-    const nibble_host_prepare_options o = capi::read_sized(
-        options, nibble_host_prepare_options{sizeof(nibble_host_prepare_options), nullptr, 0, 0, nullptr}, fn, "options");
-    if (o.device_id < 0) throw Error(Errc::invalid_argument, fmt::format("{}: device_id {} is negative", fn, o.device_id));
+    const LayerRequest r = layer_request(reg, options, fn);
+    const nibble_host_layer_options& o = r.options;
     const LayerEntry& e = quantized_layer(ck, layer, fn);
     const CanonicalLinear w = ck.load(e.name, act_dtype_arg(o.act_dtype, fn));
-    PreparedSelection ps = reg.select_and_prepare(w, o.policy ? o.policy->policy : Policy{}, o.stream);
+    PreparedSelection ps = reg.select_and_prepare(w, r.policy, o.stream);
+    explain_device_denials(r, ps.selection);
     if (!ps) {
       std::string msg = fmt::format("no backend can run layer '{}' ({}):\n{}", e.name, w.spec.summary(), ps.selection.trace());
       throw capi::NoBackend(std::move(msg), std::move(ps.selection));

@@ -17,26 +17,31 @@ int32_t dlpack_device_of(const Backend& b) noexcept {
   return 0;
 }
 
+std::string device_type_name(int32_t type) {
+  switch (type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLOpenCL: return "opencl";
+    case kDLVulkan: return "vulkan";
+    case kDLMetal: return "metal";
+    case kDLVPI: return "vpi";
+    case kDLROCM: return "rocm";
+    case kDLROCMHost: return "rocm_host";
+    case kDLExtDev: return "ext_dev";
+    case kDLCUDAManaged: return "cuda_managed";
+    default: return fmt::format("DLPack device type {}", type);
+  }
+}
+
 }  // namespace nibble::capi
 
 namespace {
 
+// "cpu", "cuda:0"; host-memory types without an ordinal.
 std::string device_str(DLDevice d) {
-  const char* name = nullptr;
-  switch (int(d.device_type)) {
-    case kDLCPU: return "cpu";
-    case kDLCUDA: name = "cuda"; break;
-    case kDLCUDAHost: return "cuda_host (pinned host memory)";
-    case kDLOpenCL: name = "opencl"; break;
-    case kDLVulkan: name = "vulkan"; break;
-    case kDLMetal: name = "metal"; break;
-    case kDLVPI: name = "vpi"; break;
-    case kDLROCM: name = "rocm"; break;
-    case kDLROCMHost: return "rocm_host (pinned host memory)";
-    case kDLExtDev: name = "ext_dev"; break;
-    case kDLCUDAManaged: name = "cuda_managed"; break;
-    default: return fmt::format("DLPack device type {}:{}", int(d.device_type), d.device_id);
-  }
+  const std::string name = capi::device_type_name(int32_t(d.device_type));
+  if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost || d.device_type == kDLROCMHost) return name;
   return fmt::format("{}:{}", name, d.device_id);
 }
 

@@ -108,5 +108,7 @@ T read_sized(const T* in, T value, const char* function, const char* argument) {
 
 /// The DLPack device type of a backend's memory (0 if nibble knows none for its platform).
 int32_t dlpack_device_of(const Backend& backend) noexcept;
+/// "cpu", "cuda", "rocm", ... for a DLDeviceType.
+std::string device_type_name(int32_t type);
 
 }  // namespace nibble::capi

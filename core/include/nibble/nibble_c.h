@@ -224,11 +224,24 @@ typedef struct nibble_host_candidate {
   const char* reason;
 } nibble_host_candidate;
 
-/** Chooses a backend for a quantized layer of `checkpoint` under `policy` (NULL: no rules). Nothing
- *  fitting is not an error: the selection then has no backend and says why. An error for a pin of
- *  a backend that does not exist (the message lists those that do). */
+/** How a layer is selected and prepared. Zero-initialized (with struct_size set), or NULL: no
+ *  policy rules, the model's dtype, any backend's device, device 0, the default stream. */
+typedef struct nibble_host_layer_options {
+  uint32_t struct_size;              /* sizeof(nibble_host_layer_options) */
+  const nibble_host_policy* policy;  /* NULL: no rules */
+  int32_t act_dtype;                 /* nibble_dtype of x and y (F16, BF16, F32); 0: the model's */
+  int32_t device_type;               /* DLDeviceType the caller's tensors live on: backends whose memory
+                                        is elsewhere are denied (with that reason); 0: any backend */
+  int32_t device_id;                 /* GPU backends: the ordinal the weights go to and x, y live on; it
+                                        must be the current device during prepare and apply */
+  void* stream;                      /* the stream weights are uploaded on (NULL: the default) */
+} nibble_host_layer_options;
+
+/** Chooses a backend for a quantized layer of `checkpoint`. Nothing fitting is not an error: the
+ *  selection then has no backend and says why. An error for a pin of a backend that does not
+ *  exist (the message lists those that do). */
 nibble_host_error* nibble_host_select(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
-                                      const char* layer, int32_t act_dtype, const nibble_host_policy* policy,
+                                      const char* layer, const nibble_host_layer_options* options,
                                       nibble_host_selection** out);
 void nibble_host_selection_free(nibble_host_selection* selection);
 const char* nibble_host_selection_layer(const nibble_host_selection* selection);
@@ -245,23 +258,13 @@ const char* nibble_host_selection_trace(const nibble_host_selection* selection);
 
 /* ---- prepared layers -------------------------------------------------------------------------- */
 
-typedef struct nibble_host_prepare_options {
-  uint32_t struct_size;              /* sizeof(nibble_host_prepare_options) */
-  const nibble_host_policy* policy;  /* NULL: no rules */
-  int32_t act_dtype;                 /* nibble_dtype of x and y; 0: the model's */
-  int32_t device_id;                 /* GPU backends: the ordinal the weights go to and x, y live on; it
-                                        must be the current device during prepare and apply */
-  void* stream;                      /* the stream weights are uploaded on (NULL: the default) */
-} nibble_host_prepare_options;
-
 /** Selects a backend for `layer` (as nibble_host_select) and prepares its weights on the backend's
  *  device; where the winner's process_weights fails, the next viable candidate is tried (a strict
  *  policy has none outside its pin / prefer list). Fails with NIBBLE_HOST_ERR_NO_BACKEND and the
  *  whole trace (nibble_host_error_selection) when no candidate could take it. On success *out is
- *  the prepared layer and, if `selection` is not NULL, *selection the trace (freed by the caller).
- *  options NULL: no policy rules, the model's dtype, device 0, the default stream. */
+ *  the prepared layer and, if `selection` is not NULL, *selection the trace (freed by the caller). */
 nibble_host_error* nibble_host_prepare(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
-                                       const char* layer, const nibble_host_prepare_options* options,
+                                       const char* layer, const nibble_host_layer_options* options,
                                        nibble_host_linear** out, nibble_host_selection** selection);
 void nibble_host_linear_free(nibble_host_linear* linear);
 /** The layer's spec (spec->layer_name belongs to the prepared layer). */
