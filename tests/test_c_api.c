@@ -272,6 +272,22 @@ int main(void) {
 
   /* ---- apply on cpu_w4a16 against test_good_b (double accumulation), after freeing registry and
    *      checkpoint: the prepared layers keep what they need ---- */
+  /* ---- the reference dequantization: x * W in double matches the double-accumulation backend ---- */
+  enum { M = 3, K = 512, N = 256 };
+  static uint16_t x[M * K], y_cpu[M * N], y_ref[M * N], big[(M + 1) * K * 2];
+  static float w_kn[K * N];
+  for (int i = 0; i < M * K; ++i) x[i] = f32_to_f16((float)((i * 7) % 17 - 8) / 8.0f);
+  const DLDataType f16 = {kDLFloat, 16, 1}, f32 = {kDLFloat, 32, 1};
+  {
+    int64_t ws[2] = {K, N};
+    DLTensor tw = tensor2d(w_kn, ws, NULL, f32);
+    ok(nibble_host_checkpoint_dequantize(ck, layer, &tw), "dequantize");
+    int64_t wrong[2] = {N, K};
+    const char* n[] = {"layer 'model.layers.0.self_attn.q_proj': tensor 'weight': expected shape [512, 256], found [256, 512]", NULL};
+    tw = tensor2d(w_kn, wrong, NULL, f32);
+    fails(nibble_host_checkpoint_dequantize(ck, layer, &tw), NIBBLE_HOST_ERR_INVALID_ARGUMENT, "dequantize [N, K]", n);
+  }
+
   nibble_host_linear* cpu = prepare_on(reg, ck, layer, "cpu_w4a16");
   nibble_host_linear* ref = prepare_on(reg, ck, layer, "test_good_b");
   nibble_host_registry_free(reg);
@@ -289,10 +305,6 @@ int main(void) {
     ok(nibble_host_linear_spec(cpu, &s2), "linear spec");
     CHECK(strcmp(s2.layer_name, layer) == 0 && s2.k == 512, "%s", s2.layer_name);
   }
-  enum { M = 3, K = 512, N = 256 };
-  static uint16_t x[M * K], y_cpu[M * N], y_ref[M * N], big[(M + 1) * K * 2];
-  for (int i = 0; i < M * K; ++i) x[i] = f32_to_f16((float)((i * 7) % 17 - 8) / 8.0f);
-  const DLDataType f16 = {kDLFloat, 16, 1};
   int64_t xs[2] = {M, K}, ys[2] = {M, N};
   DLTensor tx = tensor2d(x, xs, NULL, f16), ty = tensor2d(y_cpu, ys, NULL, f16), tr = tensor2d(y_ref, ys, NULL, f16);
   ok(nibble_host_linear_apply(cpu, &tx, &ty, NULL), "apply cpu");
@@ -305,6 +317,14 @@ int main(void) {
   }
   CHECK(max_ref > 0 && max_err <= 4e-3 * max_ref, "cpu_w4a16 vs the double reference: max err %g of max |y| %g", max_err,
         max_ref);
+  double deq_err = 0;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += (double)f16_to_f32(x[m * K + k]) * (double)w_kn[k * N + n];
+      deq_err = fmax(deq_err, fabs(acc - f16_to_f32(y_ref[m * N + n])));
+    }
+  CHECK(deq_err <= 1e-3 * max_ref, "x * dequantized W vs the reference backend: max err %g", deq_err);
   {
     /* managed tensors, borrowed */
     DLManagedTensor mx = {tx, NULL, NULL}, my = {ty, NULL, NULL};
@@ -316,7 +336,7 @@ int main(void) {
 
   /* ---- every bad tensor: an error naming the layer, the tensor, the expected and the found ---- */
   {
-    const DLDataType f32 = {kDLFloat, 32, 1}, bf16 = {kDLBfloat, 16, 1};
+    const DLDataType bf16 = {kDLBfloat, 16, 1};
     DLTensor t;
     const char* n1[] = {"layer 'model.layers.0.self_attn.q_proj': tensor 'x': expected dtype float16", "found float32", NULL};
     t = tensor2d(x, xs, NULL, f32);

@@ -1,5 +1,5 @@
 // The C API (nibble_c.h) over the C++ host API: errors, policies, the registry, checkpoints,
-// selection and preparing layers. Applying them to DLPack tensors is in nibble_c_apply.cpp.
+// selection and preparing layers. Applying them to DLPack tensors is in nibble_c_tensors.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // The objects behind the C API's opaque handles, and the guard that turns every exception into a
-// nibble_host_error. Shared by nibble_c.cpp (handles, selection, preparing) and nibble_c_apply.cpp
+// nibble_host_error. Shared by nibble_c.cpp (handles, selection, preparing) and nibble_c_tensors.cpp
 // (DLPack checks and apply).
 #pragma once
 

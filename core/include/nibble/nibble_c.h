@@ -214,6 +214,13 @@ nibble_host_error* nibble_host_checkpoint_find_layer(const nibble_host_checkpoin
 nibble_host_error* nibble_host_checkpoint_spec(const nibble_host_checkpoint* checkpoint, const char* layer,
                                                int32_t act_dtype, nibble_linear_spec* spec);
 
+/** The layer's weight as nibble's reference dequantizes it (w = s * (q - z), computed exactly and
+ *  rounded once), written into `weight`: a host tensor (kDLCPU) of float32 [K, N], compact
+ *  row-major. No backend is involved: this is the answer the backends are checked against, for a
+ *  host that wants to compare with a plain framework. */
+nibble_host_error* nibble_host_checkpoint_dequantize(const nibble_host_checkpoint* checkpoint, const char* layer,
+                                                     DLTensor* weight);
+
 /* ---- selection -------------------------------------------------------------------------------- */
 
 typedef struct nibble_host_candidate {

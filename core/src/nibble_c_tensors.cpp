@@ -1,6 +1,7 @@
-// Applying a prepared layer to DLPack tensors: every property of x and y the kernels rely on is
-// checked here, before the plugin sees them, with a message naming the layer, the tensor, what
-// was expected and what was found. Nothing is ever copied to make a tensor fit.
+// DLPack tensors in and out of the C API: x and y of apply, where every property the kernels rely
+// on is checked before the plugin sees them, with a message naming the layer, the tensor, what was
+// expected and what was found (nothing is ever copied to make a tensor fit); and the reference
+// dequantization of a layer.
 #include <fmt/format.h>
 
 #include "nibble_c_internal.h"
@@ -76,40 +77,45 @@ std::string dims_str(const int64_t* v, int n) {
 
 struct Checked {
   char* data;         // first byte (data + byte_offset)
-  std::size_t bytes;  // of all M x cols elements
+  std::size_t bytes;  // of all rows x cols elements
 };
 
-// Checks one of apply's tensors; rows < 0: any M (x), else exactly rows (y).
-Checked check_tensor(const nibble_host_linear& lin, const DLTensor* t, const char* name, int64_t rows, int64_t cols) {
-  const LinearSpec& spec = lin.prepared->spec();
-  const std::string where = fmt::format("layer '{}': tensor '{}'", spec.name, name);
-  const std::string dims = rows < 0 ? fmt::format("[M, {}]", cols) : fmt::format("[{}, {}]", rows, cols);
+// What a tensor must be: its name and layer for messages, dtype, device, rows (< 0: any) and cols.
+struct Want {
+  std::string layer;
+  const char* name;
+  DType dtype;
+  DLDevice device;
+  std::string device_why;  // "(where backend X prepared the layer)"
+  int64_t rows, cols;
+};
+
+Checked check_tensor(const DLTensor* t, const Want& w) {
+  const std::string where = fmt::format("layer '{}': tensor '{}'", w.layer, w.name);
+  const std::string dims = w.rows < 0 ? fmt::format("[M, {}]", w.cols) : fmt::format("[{}, {}]", w.rows, w.cols);
   if (!t) throw Error(Errc::invalid_argument, fmt::format("{} is NULL", where));
   if (t->ndim != 2 || !t->shape)
     throw Error(Errc::invalid_argument,
                 fmt::format("{}: expected 2 dimensions {}, found {} dimension(s) {}", where, dims, t->ndim,
                             t->shape && t->ndim > 0 && t->ndim <= 8 ? dims_str(t->shape, t->ndim) : std::string("")));
-  if (int32_t(t->device.device_type) != int32_t(lin.device.device_type) ||
-      (lin.device.device_type != kDLCPU && t->device.device_id != lin.device.device_id)) {
-    if (lin.device.device_type == 0)
-      throw Error(Errc::unsupported, fmt::format("{}: backend {} runs on platform '{}', which has no DLPack device type "
-                                                 "nibble knows", where, lin.prepared->backend().name(),
-                                                 lin.prepared->backend().platform()));
-    throw Error(Errc::invalid_argument, fmt::format("{}: expected device {} (where backend {} prepared the layer), found {}",
-                                                    where, device_str(lin.device), lin.prepared->backend().name(),
-                                                    device_str(t->device)));
-  }
-  const DLDataType want = dlpack_dtype(spec.act_dtype);
+  if (int32_t(t->device.device_type) != int32_t(w.device.device_type) ||
+      (w.device.device_type != kDLCPU && t->device.device_id != w.device.device_id))
+    throw Error(Errc::invalid_argument, fmt::format("{}: expected device {}{}, found {}", where, device_str(w.device),
+                                                    w.device_why, device_str(t->device)));
+  const DLDataType want = dlpack_dtype(w.dtype);
   if (t->dtype.code != want.code || t->dtype.bits != want.bits || t->dtype.lanes != want.lanes)
-    throw Error(Errc::invalid_argument, fmt::format("{}: expected dtype {} (the layer's activation dtype {}), found {}",
-                                                    where, dtype_str(want), dtype_name(spec.act_dtype),
+    throw Error(Errc::invalid_argument, fmt::format("{}: expected dtype {} ({}), found {}", where, dtype_str(want),
+                                                    w.rows < 0 || std::string(w.name) == "y"
+                                                        ? fmt::format("the layer's activation dtype {}", dtype_name(w.dtype))
+                                                        : std::string("nibble's reference dequantization"),
                                                     dtype_str(t->dtype)));
   const int64_t m = t->shape[0];
-  if (t->shape[1] != cols || m < 0 || (rows >= 0 && m != rows))
+  if (t->shape[1] != w.cols || m < 0 || (w.rows >= 0 && m != w.rows))
     throw Error(Errc::invalid_argument, fmt::format("{}: expected shape {}{}, found {}", where, dims,
-                                                    rows >= 0 ? " (M of x)" : "", dims_str(t->shape, 2)));
+                                                    w.rows >= 0 && std::string(w.name) == "y" ? " (M of x)" : "",
+                                                    dims_str(t->shape, 2)));
   if (t->strides) {
-    const int64_t compact[2] = {cols, 1};
+    const int64_t compact[2] = {w.cols, 1};
     for (int d = 0; d < 2; ++d)
       if (t->shape[d] > 1 && t->strides[d] != compact[d])
         throw Error(Errc::invalid_argument,
@@ -118,13 +124,24 @@ Checked check_tensor(const nibble_host_linear& lin, const DLTensor* t, const cha
                                 where, dims_str(compact, 2), dims_str(t->strides, 2), dims_str(t->shape, 2)));
   }
   char* data = static_cast<char*>(t->data) + t->byte_offset;
-  const std::size_t elem = dtype_size(spec.act_dtype);
+  const std::size_t elem = dtype_size(w.dtype);
   if (m > 0 && !t->data) throw Error(Errc::invalid_argument, fmt::format("{}: data is NULL", where));
   if (reinterpret_cast<uintptr_t>(data) % elem)
     throw Error(Errc::invalid_argument, fmt::format("{}: expected data aligned to {} bytes (its element size), found "
                                                     "address {} (data {} + byte_offset {})", where, elem,
                                                     fmt::ptr(data), fmt::ptr(t->data), t->byte_offset));
-  return {data, std::size_t(m) * std::size_t(cols) * elem};
+  return {data, std::size_t(m) * std::size_t(w.cols) * elem};
+}
+
+// x or y of apply on a prepared layer.
+Checked check_io(const nibble_host_linear& lin, const DLTensor* t, const char* name, int64_t rows, int64_t cols) {
+  const Backend& b = lin.prepared->backend();
+  if (lin.device.device_type == 0)
+    throw Error(Errc::unsupported, fmt::format("layer '{}': tensor '{}': backend {} runs on platform '{}', which has no "
+                                               "DLPack device type nibble knows", lin.prepared->spec().name, name,
+                                               b.name(), b.platform()));
+  return check_tensor(t, Want{lin.prepared->spec().name, name, lin.prepared->spec().act_dtype, lin.device,
+                              fmt::format(" (where backend {} prepared the layer)", b.name()), rows, cols});
 }
 
 }  // namespace
@@ -158,14 +175,30 @@ nibble_host_error* nibble_host_linear_apply(const nibble_host_linear* linear, co
   return capi::guarded([&] {
     const nibble_host_linear& lin = capi::require(linear, "nibble_host_linear_apply", "linear");
     const LinearSpec& spec = lin.prepared->spec();
-    const Checked cx = check_tensor(lin, x, "x", -1, spec.k);
+    const Checked cx = check_io(lin, x, "x", -1, spec.k);
     const int64_t m = x->shape[0];
-    const Checked cy = check_tensor(lin, y, "y", m, spec.n);
+    const Checked cy = check_io(lin, y, "y", m, spec.n);
     if (m == 0) return;
     if (cx.data < cy.data + cy.bytes && cy.data < cx.data + cx.bytes)
       throw Error(Errc::invalid_argument, fmt::format("layer '{}': tensor 'y' overlaps tensor 'x' (y is written while x "
                                                       "is read): expected separate memory", spec.name));
     lin.prepared->apply_device(cx.data, cy.data, m, stream);
+  });
+}
+
+nibble_host_error* nibble_host_checkpoint_dequantize(const nibble_host_checkpoint* checkpoint, const char* layer,
+                                                     DLTensor* weight) {
+  return capi::guarded([&] {
+    constexpr const char* fn = "nibble_host_checkpoint_dequantize";
+    const Checkpoint& ck = *capi::require(checkpoint, fn, "checkpoint").checkpoint;
+    const LayerEntry* e = ck.find_layer(&capi::require(layer, fn, "layer"));
+    if (!e) throw Error(Errc::not_found, fmt::format("{}: layer '{}' is not a linear layer of {}", fn, layer, ck.dir().string()));
+    const Checked out = check_tensor(weight, Want{e->name, "weight", DType::f32, DLDevice{kDLCPU, 0}, "", e->k, e->n});
+    const Tensor w = dequantize(ck.load(e->name));
+    if (w.nbytes() != out.bytes)
+      throw Error(Errc::internal, fmt::format("{}: layer '{}': {} bytes dequantized for {} expected", fn, e->name,
+                                              w.nbytes(), out.bytes));
+    std::memcpy(out.data, w.data(), out.bytes);
   });
 }
 
