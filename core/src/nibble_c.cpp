@@ -274,11 +274,17 @@ nibble_host_error* nibble_host_checkpoint_layer(const nibble_host_checkpoint* c,
       throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} layers", fn, index, layers.size()));
     const LayerEntry& e = layers[index];
     const LayerScheme& s = e.scheme;
-    capi::write_sized(info,
-                      nibble_host_layer_info{0, e.name.c_str(), int32_t(s.kind), s.reason.c_str(), e.k, e.n, s.bits,
-                                             s.group_size, s.symmetric ? 1 : 0, s.act_order ? 1 : 0, int32_t(s.format),
-                                             packing_name(s.packing)},
-                      fn, "info");
+    nibble_host_layer_info li{0, e.name.c_str(), int32_t(s.kind), s.reason.c_str(), e.k, e.n, 0, 0, 0, 0,
+                              NIBBLE_FORMAT_UNKNOWN, ""};
+    if (s.kind != LayerScheme::Kind::unquantized) {  // a 16-bit layer has no quantization to describe
+      li.bits = s.bits;
+      li.group_size = s.group_size;
+      li.symmetric = s.symmetric ? 1 : 0;
+      li.act_order = s.act_order ? 1 : 0;
+      li.format = int32_t(s.format);
+      li.packing = packing_name(s.packing);
+    }
+    capi::write_sized(info, li, fn, "info");
   });
 }
 

@@ -3,6 +3,7 @@
 // (DLPack checks and apply).
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>

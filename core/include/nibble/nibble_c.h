@@ -186,12 +186,13 @@ typedef struct nibble_host_layer_info {
   const char* reason;   /* why unquantized or unsupported; "" for a quantized layer */
   int64_t k;            /* in_features */
   int64_t n;            /* out_features */
-  int32_t bits;         /* as the config says (quantized and unsupported layers) */
+  /* How the config says it is quantized (quantized and unsupported layers; 0 and "" for unquantized): */
+  int32_t bits;
   int32_t group_size;   /* -1 = per channel */
   int32_t symmetric;
   int32_t act_order;
   int32_t format;       /* nibble_format */
-  const char* packing;  /* "gptq_v1", "gptq_v2", "awq_gemm", "compressed_tensors" */
+  const char* packing;  /* the on-disk layout, e.g. "gptq (v1 zeros)" */
 } nibble_host_layer_info;
 
 /** Opens DIR: config.json and model.safetensors (or its sharded index). */
