@@ -59,6 +59,14 @@ std::optional<DType> act_dtype_arg(int32_t d, const char* function) {
                           int(NIBBLE_DTYPE_F16), int(NIBBLE_DTYPE_BF16), int(NIBBLE_DTYPE_F32), d));
 }
 
+// Element `index` of a handle's list, or an error naming the function and the list's length.
+template <class V>
+const typename V::value_type& at_index(const V& v, std::size_t index, const char* function, const char* what) {
+  if (index >= v.size())
+    throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} {}", function, index, v.size(), what));
+  return v[index];
+}
+
 const char* str_arg(const char* s, const char* function, const char* argument) {
   return &require(s, function, argument);
 }
@@ -211,10 +219,7 @@ nibble_host_error* nibble_host_registry_backend(const nibble_host_registry* r, s
                                                 nibble_host_backend_info* info) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_registry_backend";
-    const auto& backends = require(r, fn, "registry").registry->backends();
-    if (index >= backends.size())
-      throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} backends", fn, index, backends.size()));
-    const Backend& b = *backends[index];
+    const Backend& b = *at_index(require(r, fn, "registry").registry->backends(), index, fn, "backends");
     const ProbeResult& pr = b.probe();
     capi::write_sized(info,
                       nibble_host_backend_info{0, b.name().c_str(), b.version().c_str(), b.platform().c_str(),
@@ -230,10 +235,7 @@ size_t nibble_host_registry_num_skipped(const nibble_host_registry* r) { return 
 nibble_host_error* nibble_host_registry_skipped(const nibble_host_registry* r, size_t index, nibble_host_skipped* info) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_registry_skipped";
-    const auto& skipped = require(r, fn, "registry").registry->skipped();
-    if (index >= skipped.size())
-      throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} skipped files", fn, index, skipped.size()));
-    const SkippedFile& s = skipped[index];
+    const SkippedFile& s = at_index(require(r, fn, "registry").registry->skipped(), index, fn, "skipped files");
     capi::write_sized(info, nibble_host_skipped{0, s.path.c_str(), skipped_kind_name(s.kind), s.reason.c_str()}, fn,
                       "info");
   });
@@ -269,10 +271,7 @@ nibble_host_error* nibble_host_checkpoint_layer(const nibble_host_checkpoint* c,
                                                 nibble_host_layer_info* info) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_checkpoint_layer";
-    const auto& layers = require(c, fn, "checkpoint").checkpoint->layers();
-    if (index >= layers.size())
-      throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} layers", fn, index, layers.size()));
-    const LayerEntry& e = layers[index];
+    const LayerEntry& e = at_index(require(c, fn, "checkpoint").checkpoint->layers(), index, fn, "layers");
     const LayerScheme& s = e.scheme;
     nibble_host_layer_info li{0, e.name.c_str(), int32_t(s.kind), s.reason.c_str(), e.k, e.n, 0, 0, 0, 0,
                               NIBBLE_FORMAT_UNKNOWN, ""};
@@ -341,10 +340,7 @@ nibble_host_error* nibble_host_selection_candidate(const nibble_host_selection* 
                                                    nibble_host_candidate* candidate) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_selection_candidate";
-    const auto& cs = require(s, fn, "selection").selection.candidates;
-    if (index >= cs.size())
-      throw Error(Errc::invalid_argument, fmt::format("{}: index {} past the {} candidates", fn, index, cs.size()));
-    const Candidate& c = cs[index];
+    const Candidate& c = at_index(require(s, fn, "selection").selection.candidates, index, fn, "candidates");
     capi::write_sized(candidate,
                       nibble_host_candidate{0, c.backend.c_str(), int32_t(c.verdict), verdict_name(c.verdict), c.reason.c_str()},
                       fn, "candidate");

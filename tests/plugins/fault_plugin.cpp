@@ -112,21 +112,27 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
 #endif
 }
 
-int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
-  const auto* p = reinterpret_cast<const Prepared*>(h);
-  if (!p) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null handle");
-  const int64_t K = p->spec.k, N = p->spec.n;
-  if (int32_t st = nibble::plugin::check_io(x, "x", p->spec.act_dtype, K, -1, msg, cap)) return st;
+// y = x * w (+ bias) in double, after the checks every apply makes.
+int32_t naive_apply(const nibble_linear_spec& spec, const std::vector<double>& w, const std::vector<double>& bias,
+                    const nibble_tensor* x, nibble_tensor* y, char* msg, size_t cap) {
+  const int64_t K = spec.k, N = spec.n;
+  if (int32_t st = nibble::plugin::check_io(x, "x", spec.act_dtype, K, -1, msg, cap)) return st;
   const int64_t M = x->shape[0];
-  if (int32_t st = nibble::plugin::check_io(y, "y", p->spec.act_dtype, N, M, msg, cap)) return st;
-  const auto dt = nibble::DType(p->spec.act_dtype);
+  if (int32_t st = nibble::plugin::check_io(y, "y", spec.act_dtype, N, M, msg, cap)) return st;
+  const auto dt = nibble::DType(spec.act_dtype);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      double acc = p->bias.empty() ? 0.0 : p->bias[size_t(n)];
-      for (int64_t k = 0; k < K; ++k) acc += nibble::load_float(x->data, dt, size_t(m * K + k)) * p->w[size_t(k * N + n)];
+      double acc = bias.empty() ? 0.0 : bias[size_t(n)];
+      for (int64_t k = 0; k < K; ++k) acc += nibble::load_float(x->data, dt, size_t(m * K + k)) * w[size_t(k * N + n)];
       nibble::store_float(y->data, dt, size_t(m * N + n), acc);
     }
   return NIBBLE_OK;
+}
+
+int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
+  const auto* p = reinterpret_cast<const Prepared*>(h);
+  if (!p) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null handle");
+  return naive_apply(p->spec, p->w, p->bias, x, y, msg, cap);
 }
 
 void release(nibble_prepared* h) { delete reinterpret_cast<Prepared*>(h); }
@@ -183,18 +189,7 @@ int32_t dense_prepare(const nibble_linear_spec* s, const void* weight_kn, void*,
 int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
   const auto* d = reinterpret_cast<const Dense*>(h);
   if (!d) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null handle");
-  const int64_t K = d->spec.k, N = d->spec.n;
-  if (int32_t st = nibble::plugin::check_io(x, "x", d->spec.act_dtype, K, -1, msg, cap)) return st;
-  const int64_t M = x->shape[0];
-  if (int32_t st = nibble::plugin::check_io(y, "y", d->spec.act_dtype, N, M, msg, cap)) return st;
-  const auto dt = nibble::DType(d->spec.act_dtype);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += nibble::load_float(x->data, dt, size_t(m * K + k)) * d->w[size_t(k * N + n)];
-      nibble::store_float(y->data, dt, size_t(m * N + n), acc);
-    }
-  return NIBBLE_OK;
+  return naive_apply(d->spec, d->w, {}, x, y, msg, cap);
 }
 
 void dense_release(nibble_dense* h) {
