@@ -84,6 +84,30 @@ p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH="relative/dir:" + CPU_DIR)
 check(p.returncode == 0 and any("relative/dir" in w for w in json.loads(p.stdout)["warnings"]),
       "a relative NIBBLE_PLUGIN_PATH entry is ignored with a warning", p)
 
+# The build tree's executables and static libraries are not plugins: only shared objects are
+# listed as skipped.
+p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+listed = [os.path.basename(s["path"]) for s in json.loads(p.stdout)["skipped"]] if p.returncode == 0 else ["?"]
+check(p.returncode == 0 and not any(n == "test_cpu_layout" or n.endswith(".a") for n in listed),
+      f"plugins lists no test executable or static library as skipped (listed: {listed})", p)
+
+# Why no backend was found reaches explain and run, not only `nibble plugins`.
+import shutil
+import tempfile
+MODEL = os.path.join(os.environ["NIBBLE_FIXTURES"], "gptq_v1_sym_g128")
+for cmd in (["explain", "--model", MODEL], ["run", "--model", MODEL]):
+    p = run(cmd, NIBBLE_PLUGIN_PATH="relative/plugins")
+    check(p.returncode != 0 and "NIBBLE_PLUGIN_PATH entry 'relative/plugins' ignored" in p.stdout
+          and "must be absolute" in p.stdout, f"{cmd[0]} with only a relative plugin dir says why nothing was found", p)
+with tempfile.TemporaryDirectory() as tmp:
+    open_dir = os.path.join(tmp, "open")
+    os.mkdir(open_dir)
+    shutil.copy(os.path.join(CPU_DIR, "cpu_w4a16.so"), open_dir)
+    os.chmod(open_dir, 0o777)
+    p = run(["explain", "--model", MODEL], NIBBLE_PLUGIN_PATH=open_dir)
+    check(p.returncode != 0 and f"plugin directory {open_dir}: directory is world-writable" in p.stdout,
+          "explain names a world-writable plugin directory it did not search", p)
+
 # Every shipped fixture verifies through the CPU backend; a wrong reference is caught.
 FIX = os.environ["NIBBLE_FIXTURES"]
 for fx in sorted(os.listdir(FIX)):

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "test_util.h"
@@ -121,7 +122,7 @@ TEST_CASE("a newer minor revision (larger struct) is accepted") {
   auto reg = test_registry();
   auto b = reg->find("test_larger_struct");
   REQUIRE(b);
-  CHECK(b->api().struct_size > sizeof(nibble_plugin_api));
+  CHECK(b->api_struct_size() > sizeof(nibble_plugin_api));
 }
 
 TEST_CASE("selection walks candidates by priority and records every verdict") {
@@ -247,7 +248,7 @@ TEST_CASE("plugin faults are errors for that call, with the plugin's message") {
     reg->find("test_process_fails")->prepare(w);
     FAIL("expected an error");
   } catch (const Error& e) {
-    CHECK(e.code() == Errc::plugin);
+    CHECK(e.code() == Errc::device);  // the plugin's NIBBLE_ERR_DEVICE
     CHECK(contains(e.what(), "layer 'model.layers.0.self_attn.q_proj'"));
     CHECK(contains(e.what(), "simulated device failure while uploading weights"));
   }
@@ -303,4 +304,222 @@ TEST_CASE("many threads selecting, preparing and applying agree with one thread"
     });
   for (auto& t : threads) t.join();
   CHECK(mismatches == 0);
+}
+
+namespace {
+
+// A function the test plugin exports for the test to read its state (the plugin must be loaded).
+template <class Fn>
+Fn* plugin_symbol(const std::string& file, const char* name) {
+  const std::string path = (plugin_dir() / file).string();
+  void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  REQUIRE_MESSAGE(h, path, " is not loaded");
+  void* f = dlsym(h, name);
+  dlclose(h);
+  REQUIRE_MESSAGE(f, name, " not exported by ", path);
+  return reinterpret_cast<Fn*>(f);
+}
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) { ::setenv(name.c_str(), value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+bool any_contains(const std::vector<std::string>& v, const std::string& needle) {
+  return std::any_of(v.begin(), v.end(), [&](const std::string& s) { return contains(s, needle); });
+}
+
+}  // namespace
+
+TEST_CASE("a throwing timing callback is rethrown after the plugin's time_device has returned") {
+  auto reg = test_registry();
+  auto b = reg->find("test_good_b");
+  REQUIRE(b);
+  REQUIRE(b->has_device_timer());
+  auto* returns = plugin_symbol<int()>("test_good_b.so", "nibble_test_timer_returns");
+  const int before = returns();
+  int calls = 0;
+  try {
+    // The plugin's time_device is noexcept: an exception crossing it would end this process.
+    b->time_device([&](int32_t i) {
+      ++calls;
+      if (i == 1) throw Error(Errc::invalid_argument, "host callback failed at call 1");
+    }, 5);
+    FAIL("expected the callback's exception");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(std::string(e.what()) == "host callback failed at call 1");
+  }
+  CHECK(calls == 2);  // the calls after the throw were skipped
+  CHECK(returns() == before + 1);
+  // Any exception type comes through as itself.
+  CHECK_THROWS_AS(b->time_device([](int32_t) { throw std::out_of_range("x"); }, 1), std::out_of_range);
+  CHECK(returns() == before + 2);
+  int good = 0;
+  CHECK(b->time_device([&](int32_t) { ++good; }, 3) >= 0.0);
+  CHECK(good == 3);
+  // Without a device timer: an error saying so, not a silent host-clock number.
+  auto a = reg->find("test_good_a");
+  REQUIRE(!a->has_device_timer());
+  try {
+    a->time_device([](int32_t) {}, 1);
+    FAIL("expected plugin_unsupported");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::plugin_unsupported);
+    CHECK(contains(e.what(), "test_good_a has no device timer"));
+  }
+}
+
+TEST_CASE("the dense baseline is an object the plugin releases when it goes") {
+  auto reg = test_registry();
+  auto b = reg->find("test_good_b");
+  REQUIRE(b->has_dense());
+  CHECK_FALSE(reg->find("test_good_a")->has_dense());
+  auto* live = plugin_symbol<int()>("test_good_b.so", "nibble_test_live_dense");
+  LinearSpec s = spec("dense", 64);
+  CanonicalLinear w = random_canonical(s, 3);
+  // Scales of 2^-6 make every dequantized weight exact in f16, so the dense weight is the layer.
+  for (int64_t i = 0; i < w.scales.numel(); ++i) w.scales.mutable_data_as<uint16_t>()[i] = float_to_f16(0.015625f);
+  const Tensor x = random_activations(3, s.k, DType::f16, 4);
+  {
+    std::shared_ptr<DenseLinear> d = b->dense(s, dequantize(w).to(DType::f16));
+    CHECK(live() == 1);
+    DeviceBuffer dx = b->alloc(x.nbytes()), dy = b->alloc(std::size_t(3 * s.n) * 2);
+    dx.upload(x.data(), x.nbytes());
+    d->apply_device(dx.get(), dy.get(), 3);
+    Tensor y = Tensor::zeros(DType::f16, {3, s.n});
+    dy.download(y.mutable_data(), y.nbytes());
+    CHECK(compare_to_reference(y, reference_linear(w, x), reference_magnitude(w, x), DType::f16).ok);
+  }
+  CHECK(live() == 0);
+  // A weight of the wrong shape is refused before the plugin sees it, naming the tensor.
+  try {
+    b->dense(s, Tensor::zeros(DType::f16, {s.n, s.k}));
+    FAIL("expected invalid_argument");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_argument);
+    CHECK(contains(e.what(), "layer 'dense': dense baseline: tensor 'weight': expected f16 [256, 64], found f16 [64, 256]"));
+  }
+  try {
+    reg->find("test_good_a")->dense(s, dequantize(w).to(DType::f16));
+    FAIL("expected plugin_unsupported");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::plugin_unsupported);
+  }
+}
+
+TEST_CASE("each plugin status becomes its own error code") {
+  auto reg = test_registry();
+  auto b = reg->find("test_process_fails");
+  CanonicalLinear w = random_canonical(spec(), 5);
+  const std::pair<int32_t, Errc> cases[] = {
+      {NIBBLE_ERR_INVALID_ARGUMENT, Errc::invalid_argument}, {NIBBLE_ERR_UNSUPPORTED, Errc::plugin_unsupported},
+      {NIBBLE_ERR_NO_DEVICE, Errc::no_device},               {NIBBLE_ERR_OUT_OF_MEMORY, Errc::out_of_memory},
+      {NIBBLE_ERR_DEVICE, Errc::device},                     {NIBBLE_ERR_INTERNAL, Errc::plugin},
+      {1234, Errc::plugin}};
+  for (auto [status, code] : cases) {
+    ScopedEnv env("NIBBLE_TEST_FAULT_STATUS", std::to_string(status));
+    try {
+      b->prepare(w);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK_MESSAGE(e.code() == code, "status ", status, " gave ", errc_name(e.code()));
+      CHECK(contains(e.what(), "simulated device failure while uploading weights"));
+    }
+  }
+}
+
+TEST_CASE("select_and_prepare falls back past a backend whose process_weights fails") {
+  auto reg = test_registry();
+  CanonicalLinear w = random_canonical(spec(), 6);
+  const Tensor x = random_activations(2, w.spec.k, DType::f16, 7);
+
+  Policy prefer;
+  prefer.global.prefer = {"test_process_fails", "test_null_handle"};
+  CHECK(reg->select(w.spec, prefer).backend->name() == "test_process_fails");
+  PreparedSelection ps = reg->select_and_prepare(w, prefer);
+  REQUIRE(ps);
+  CHECK(ps.selection.backend->name() == "test_good_a");
+  CHECK(ps.prepared->backend().name() == "test_good_a");
+  CHECK(verdict(ps.selection, "test_process_fails")->verdict == Verdict::prepare_failed);
+  CHECK(contains(verdict(ps.selection, "test_process_fails")->reason, "simulated device failure"));
+  CHECK(verdict(ps.selection, "test_null_handle")->verdict == Verdict::prepare_failed);
+  CHECK(contains(verdict(ps.selection, "test_null_handle")->reason, "returned success but no handle"));
+  CHECK(verdict(ps.selection, "test_good_a")->verdict == Verdict::selected);
+  CHECK(verdict(ps.selection, "test_good_b")->verdict == Verdict::viable);
+  CHECK(contains(verdict(ps.selection, "test_good_b")->reason, "test_good_a came first"));
+  CHECK(contains(ps.selection.trace(), "prepare failed"));
+  CHECK(compare_to_reference(ps.prepared->apply(x), reference_linear(w, x), reference_magnitude(w, x), DType::f16).ok);
+
+  // A strict pin has no other viable candidate: nothing is prepared, and the trace says why.
+  Policy strict;
+  strict.pin_strict("test_process_fails");
+  PreparedSelection none = reg->select_and_prepare(w, strict);
+  CHECK_FALSE(none);
+  CHECK(none.selection.backend == nullptr);
+  CHECK(verdict(none.selection, "test_process_fails")->verdict == Verdict::prepare_failed);
+  CHECK(verdict(none.selection, "test_good_a")->verdict == Verdict::not_considered);
+  CHECK(contains(none.selection.trace(), "simulated device failure while uploading weights"));
+
+  // A malformed layer is an error of the call, never a reason to try the next backend.
+  CanonicalLinear bad = random_canonical(spec(), 8);
+  bad.scales = Tensor::zeros(DType::f16, {1, 1});
+  CHECK_THROWS_AS(reg->select_and_prepare(bad, prefer), Error);
+}
+
+TEST_CASE("why plugins are missing reaches every selection trace") {
+  const fs::path tmp = fs::temp_directory_path() / ("nibble_remarks_" + std::to_string(::getpid()));
+  fs::create_directories(tmp / "open");
+  fs::copy_file(plugin_dir() / "test_good_b.so", tmp / "open" / "test_good_b.so");
+  fs::permissions(tmp / "open", fs::perms::all);
+  DiscoveryOptions o;
+  o.use_default_dirs = false;
+  std::shared_ptr<Registry> reg;
+  {
+    ScopedEnv env("NIBBLE_PLUGIN_PATH", "relative/plugins:" + (tmp / "open").string());
+    reg = Registry::discover(o);
+  }
+  fs::remove_all(tmp);
+  CHECK(reg->backends().empty());
+  const Selection sel = reg->select(spec());
+  CHECK_FALSE(sel);
+  CHECK(any_contains(sel.notes, "NIBBLE_PLUGIN_PATH entry 'relative/plugins' ignored"));
+  CHECK(any_contains(sel.notes, "world-writable"));
+  CHECK(any_contains(sel.notes, "no plugins in the search path"));
+  const std::string trace = sel.trace();
+  CHECK(contains(trace, "must be absolute paths"));
+  CHECK(contains(trace, "(no backends were found)"));
+  // A pin then names the reasons too.
+  Policy pin;
+  pin.pin_strict("cpu_w4a16");
+  try {
+    reg->select(spec(), pin);
+    FAIL("expected no_backend");
+  } catch (const Error& e) {
+    CHECK(contains(e.what(), "relative/plugins"));
+    CHECK(contains(e.what(), "world-writable"));
+  }
+}
+
+TEST_CASE("only files that could be plugins are recorded as skipped") {
+  const fs::path tmp = fs::temp_directory_path() / ("nibble_candidates_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  fs::copy_file(plugin_dir() / "test_good_b.so", tmp / "test_good_b.so");
+  fs::copy_file(plugin_dir() / "not_a_plugin.so", tmp / "not_a_plugin.so.1");     // versioned name
+  fs::copy_file(plugin_dir() / "not_a_plugin.so", tmp / "shared_without_suffix");  // ELF shared object
+  fs::copy_file(fs::read_symlink("/proc/self/exe"), tmp / "test_executable");      // an executable
+  { std::ofstream(tmp / "libkernels.a") << "!<arch>\n"; }
+  { std::ofstream(tmp / "README") << "not a plugin\n"; }
+  { std::ofstream(tmp / "notes.so.txt") << "text\n"; }
+  auto reg = test::hermetic_registry(tmp.string());
+  fs::remove_all(tmp);
+  REQUIRE(reg->backends().size() == 1);
+  CHECK(reg->backends()[0]->name() == "test_good_b");
+  std::vector<std::string> names;
+  for (const auto& s : reg->skipped()) names.push_back(s.path.filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"not_a_plugin.so.1", "shared_without_suffix"});
+  for (const auto& s : reg->skipped()) CHECK(contains(s.reason, "does not export nibble_plugin_entry"));
 }

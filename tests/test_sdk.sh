@@ -30,6 +30,14 @@ check "installed headers include plugin_abi.h and plugin_support.h" test -f "$tm
 check "the installed CLI finds the installed plugins with no environment" "$nibble" plugins --json
 has '"name": "cpu_w4a16"' || { echo "FAIL: cpu_w4a16 not listed"; fail=1; }
 
+echo "== the installed Python package finds the installed library and plugins"
+pkgdir=$(dirname "$(dirname "$(find "$tmp/prefix" -path '*/nibble/_location.py' | head -1)")")
+py=/usr/bin/python3; [[ -x $py ]] || py=python3
+check "the Python package is installed" test -f "$pkgdir/nibble/core.py"
+check "import nibble from the install lists cpu_w4a16" env PYTHONPATH="$pkgdir" "$py" -c \
+  "import nibble; names = [b.name for b in nibble.Registry().backends]; print(nibble.library_path, names); assert 'cpu_w4a16' in names, names"
+has "$tmp/prefix" || { echo "FAIL: the package did not load the installed library"; fail=1; }
+
 echo "== the third-party plugin, out of tree, against pkg-config only"
 meson setup "$tmp/tp" "$src/examples/third_party_plugin" --prefix="$tmp/extra" >/dev/null
 ninja -C "$tmp/tp" >/dev/null

@@ -21,6 +21,10 @@ const char* errc_name(Errc c) noexcept {
     case Errc::no_backend: return "no backend";
     case Errc::device: return "device error";
     case Errc::limit: return "limit exceeded";
+    case Errc::plugin_unsupported: return "unsupported by the plugin";
+    case Errc::no_device: return "no device";
+    case Errc::out_of_memory: return "out of memory";
+    case Errc::internal: return "internal error";
   }
   return "error";
 }

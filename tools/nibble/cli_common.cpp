@@ -75,32 +75,14 @@ void write_output_file(const std::string& path, const char* option, const std::s
   if (!f) throw Error(Errc::io, fmt::format("{} {}: could not write the file: {}", option, path, std::strerror(errno)));
 }
 
-namespace {
-struct TimedCall {
-  const PreparedLinear* p;
-  const void* x;
-  void* y;
-  int64_t m;
-};
-void timed_apply(void* ctx, int32_t) {
-  auto* c = static_cast<TimedCall*>(ctx);
-  c->p->apply_device(c->x, c->y, c->m);
-}
-}  // namespace
-
 double time_apply(const PreparedLinear& p, const void* x, void* y, int64_t m, int iters) {
   Backend& b = p.backend();
   p.apply_device(x, y, m);  // warm-up (and first-call setup)
   b.sync();
   std::vector<double> us;
   for (int i = 0; i < std::max(1, iters); ++i) {
-    if (b.api().time_device) {
-      TimedCall call{&p, x, y, m};
-      double ms = 0;
-      char msg[512] = {0};
-      if (b.api().time_device(timed_apply, &call, 1, nullptr, &ms, msg, sizeof msg) != NIBBLE_OK)
-        throw Error(Errc::device, fmt::format("backend {}: time_device failed: {}", b.name(), msg));
-      us.push_back(ms * 1e3);
+    if (b.has_device_timer()) {
+      us.push_back(b.time_device([&](int32_t) { p.apply_device(x, y, m); }, 1) * 1e3);
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       p.apply_device(x, y, m);

@@ -103,19 +103,11 @@ double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s
   const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int reps = fixed_iters > 0 ? fixed_iters : int(std::clamp(budget_s / std::max(first, 1e-7), 3.0, 200.0));
   std::vector<double> us;
-  if (b.api().time_device) {
+  if (b.has_device_timer()) {
     // Device timers around a whole rotation (one batch of `copies` calls), reported per call.
-    struct Ctx { Fn* fn; } ctx{&fn};
-    auto tramp = [](void* c, int32_t i) { (*static_cast<Ctx*>(c)->fn)(i); };
     const int batch = std::max(1, copies);
     reps = std::max(3, reps / batch);
-    for (int r = 0; r < reps; ++r) {
-      double ms = 0;
-      char msg[512] = {0};
-      if (b.api().time_device(tramp, &ctx, batch, nullptr, &ms, msg, sizeof msg) != NIBBLE_OK)
-        throw Error(Errc::device, fmt::format("backend {}: time_device failed: {}", b.name(), msg));
-      us.push_back(ms * 1e3 / batch);
-    }
+    for (int r = 0; r < reps; ++r) us.push_back(b.time_device([&](int32_t i) { fn(i); }, batch) * 1e3 / batch);
   } else {
     for (int r = 0; r < reps; ++r) {
       const auto s = std::chrono::steady_clock::now();
@@ -131,10 +123,9 @@ double measure(Backend& b, Fn&& fn, int copies, int fixed_iters, double budget_s
 
 double measure_bandwidth(Backend& b) {
   const std::size_t bytes = std::size_t(1) << 30;
-  if (NIBBLE_API_HAS(&b.api(), measure_bandwidth)) {
-    double bps = 0;
-    char msg[512] = {0};
-    if (b.api().measure_bandwidth(bytes, nullptr, &bps, msg, sizeof msg) == NIBBLE_OK && bps > 0) return bps;
+  try {
+    if (auto bps = b.measure_bandwidth(bytes); bps && *bps > 0) return *bps;
+  } catch (const Error&) {  // the plugin's own measurement failed: the copy below still measures
   }
   // Fallback: a device-to-device copy, counting bytes read and written.
   DeviceBuffer a = b.alloc(bytes), c = b.alloc(bytes);
@@ -150,37 +141,18 @@ double measure_bandwidth(Backend& b) {
   return 2.0 * double(bytes) / best;
 }
 
-struct DenseHandle {
-  Backend* b = nullptr;
-  nibble_dense* h = nullptr;
-  DenseHandle() = default;
-  DenseHandle(DenseHandle&& o) noexcept : b(o.b), h(o.h) { o.h = nullptr; }
-  ~DenseHandle() { if (h) b->api().dense_release(h); }
-};
-
-// A dense baseline handle for a [K, N] weight, or an empty handle with the reason.
-DenseHandle make_dense(Backend& b, const LinearSpec& spec, const Tensor& weight_kn, std::string& why) {
-  DenseHandle d;
-  d.b = &b;
-  if (!b.api().dense_prepare) {
+// A dense baseline for a [K, N] weight, or null with the reason.
+std::shared_ptr<DenseLinear> make_dense(Backend& b, const LinearSpec& spec, const Tensor& weight_kn, std::string& why) {
+  if (!b.has_dense()) {
     why = "the plugin has no dense baseline";
-    return d;
+    return nullptr;
   }
-  const nibble_linear_spec s = spec.to_abi();
-  char msg[1024] = {0};
-  if (b.api().dense_prepare(&s, weight_kn.data(), nullptr, &d.h, msg, sizeof msg) != NIBBLE_OK) {
-    why = msg;
-    d.h = nullptr;
+  try {
+    return b.dense(spec, weight_kn);
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
   }
-  return d;
-}
-
-void dense_apply(const DenseHandle& d, const void* x, void* y, int64_t m, const LinearSpec& s) {
-  nibble_tensor tx{const_cast<void*>(x), int32_t(s.act_dtype), 2, {m, s.k, 0, 0}};
-  nibble_tensor ty{y, int32_t(s.act_dtype), 2, {m, s.n, 0, 0}};
-  char msg[1024] = {0};
-  if (d.b->api().dense_apply(d.h, &tx, &ty, nullptr, msg, sizeof msg) != NIBBLE_OK)
-    throw Error(Errc::plugin, fmt::format("backend {}: dense baseline failed: {}", d.b->name(), msg));
 }
 
 // Checks a sample of y (a few rows, 64 columns spread over N) against the reference.
@@ -266,13 +238,13 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
         s.name = "peak"; s.k = sq; s.n = sq; s.act_dtype = pd; s.scale_dtype = pd == DType::f32 ? DType::f16 : pd;
         Tensor wkn = Tensor::zeros(pd, {sq, sq});
         std::string why;
-        DenseHandle d = make_dense(b, s, wkn, why);
-        if (!d.h) {
+        auto d = make_dense(b, s, wkn, why);
+        if (!d) {
           if (peak == 0) peak_note = why;
           continue;
         }
         DeviceBuffer dx = b.alloc(std::size_t(sq * sq) * dtype_size(pd)), dy = b.alloc(std::size_t(sq * sq) * dtype_size(pd));
-        const double us = measure(b, [&](int) { dense_apply(d, dx.get(), dy.get(), sq, s); }, 1, cpu ? 5 : 20, 1.0, true);
+        const double us = measure(b, [&](int) { d->apply_device(dx.get(), dy.get(), sq); }, 1, cpu ? 5 : 20, 1.0, true);
         const double f = 2.0 * double(sq) * double(sq) * double(sq) / (us * 1e-6);
         if (f > peak) {
           peak = f;
@@ -306,14 +278,14 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
       std::vector<std::shared_ptr<PreparedLinear>> prepared;
       for (int c = 0; c < copies; ++c) prepared.push_back(b.prepare(w));
       // Dense baseline weights: the same dequantized matrix in the activation dtype.
-      std::vector<DenseHandle> dense;
+      std::vector<std::shared_ptr<DenseLinear>> dense;
       std::string dense_why;
-      if (!opt.no_dense && b.api().dense_prepare) {
+      if (!opt.no_dense && b.has_dense()) {
         Tensor wkn = dequantize(w).to(dtype);
         const int dcopies = int(std::clamp(std::ceil(opt.rotate_mb * 1048576.0 / double(wkn.nbytes())), 1.0, 16.0));
         for (int c = 0; c < dcopies; ++c) {
           dense.push_back(make_dense(b, spec, wkn, dense_why));
-          if (!dense.back().h) { dense.clear(); break; }
+          if (!dense.back()) { dense.clear(); break; }
         }
       }
       // The bandwidth ceiling of this shape's points: the larger of two measurements, just before
@@ -346,7 +318,7 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
           p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
                               copies, opt.iters, opt.budget_s);
           if (!dense.empty())
-            p.dense_us = measure(b, [&](int i) { dense_apply(dense[std::size_t(i) % dense.size()], dx.get(), dy.get(), m, spec); },
+            p.dense_us = measure(b, [&](int i) { dense[std::size_t(i) % dense.size()]->apply_device(dx.get(), dy.get(), m); },
                                  int(dense.size()), opt.iters, opt.budget_s);
           shape_points.push_back(p);
           checks.push_back(c);

@@ -44,7 +44,7 @@ int cmd_plugins(const CommonOptions& o) {
                               {"priority", b->priority()},
                               {"path", b->path().string()},
                               {"capabilities", caps},
-                              {"dense_baseline", b->api().dense_prepare != nullptr},
+                              {"dense_baseline", b->has_dense()},
                               {"probe", {{"available", pr.available}, {"message", pr.message}}}});
     }
     j["skipped"] = nlohmann::json::array();
