@@ -136,11 +136,12 @@ int cmd_run(const CommonOptions& o, const ModelOptions& m) {
     }
     try {
       CanonicalLinear w = ckpt->load(e.name, dtype);  // one layer in memory at a time
-      Selection sel = reg->select(w.spec, policy);
-      if (!sel) throw Error(Errc::no_backend, fmt::format("no backend can run it:\n{}", sel.trace()));
-      auto prepared = sel.backend->prepare(w);
+      // The first candidate whose process_weights succeeds (a failure is in the trace).
+      PreparedSelection ps = reg->select_and_prepare(w, policy);
+      if (!ps) throw Error(Errc::no_backend, fmt::format("no backend can run it:\n{}", ps.selection.trace()));
+      auto prepared = ps.prepared;
       Tensor x = random_activations(m.batch, w.spec.k, w.spec.act_dtype, 1234 + idx);
-      Backend& b = *sel.backend;
+      Backend& b = prepared->backend();
       DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m.batch * w.spec.n) * dtype_size(w.spec.act_dtype));
       dx.upload(x.data(), x.nbytes());
       const double us = time_apply(*prepared, dx.get(), dy.get(), m.batch, m.iters);
@@ -265,10 +266,10 @@ int cmd_verify(const CommonOptions& o, const ModelOptions& m) {
         throw Error(Errc::format, fmt::format("{}.x: expected [M, {}], found {}", name, K, shape_str(x.shape())));
       if (ty.shape() != Shape{x.dim(0), N})
         throw Error(Errc::format, fmt::format("{}.y: expected [{}, {}], found {}", name, x.dim(0), N, shape_str(ty.shape())));
-      Selection sel = reg->select(w.spec, policy);
-      if (!sel) throw Error(Errc::no_backend, fmt::format("no backend can run it:\n{}", sel.trace()));
-      backend = sel.backend->name();
-      Tensor y = sel.backend->prepare(w)->apply(x.to(act));
+      PreparedSelection ps = reg->select_and_prepare(w, policy);
+      if (!ps) throw Error(Errc::no_backend, fmt::format("no backend can run it:\n{}", ps.selection.trace()));
+      backend = ps.prepared->backend().name();
+      Tensor y = ps.prepared->apply(x.to(act));
       Comparison c = compare_to_reference(y, ty, reference_magnitude(w, x), act);
       y_ratio = c.max_rel_to_tol;
       y_err = c.max_abs_err;
