@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "layout.h"
+#include "nibble/dtype.h"
 #include "layout_plan.h"
 #include "wgmma_layout.h"
 
@@ -30,12 +31,7 @@ float half_to_float(uint16_t h) {
   float v = e == 0 ? std::ldexp(float(m), -24) : e == 31 ? INFINITY : std::ldexp(float(m | 1024), e - 25);
   return s ? -v : v;
 }
-uint16_t float_to_half(float f) {
-  _Float16 h = static_cast<_Float16>(f);  // GCC: round to nearest even
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
-}
+uint16_t float_to_half(float f) { return nibble::float_to_f16(f); }  // round to nearest even, any compiler
 float bf16_to_float(uint16_t h) {
   uint32_t u = uint32_t(h) << 16;
   float f;

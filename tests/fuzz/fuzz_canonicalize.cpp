@@ -1,4 +1,4 @@
-// Fuzz target: canonicalize() on random layouts. The input chooses a packing, a scheme and shapes
+// Fuzz target: canonicalize() on random layouts. The input chooses a packing, a bit width, a scheme and shapes
 // (small, possibly inconsistent), then fills every tensor with its bytes; canonicalize must refuse
 // with nibble::Error or return a layer that validates and that the reference kernel can run.
 #include <algorithm>
@@ -36,6 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nibble::LayerScheme s;
   s.kind = nibble::LayerScheme::Kind::quantized;
   s.packing = nibble::Packing(r.small(3));
+  const int widths[] = {4, 8, 3, 2, 5};
+  s.bits = widths[r.small(4)];  // 5: refused by name
   const int gs[] = {-1, 8, 16, 32, 64, 128, 3, 0};
   s.group_size = gs[r.small(7)];
   s.symmetric = r.byte() & 1;
@@ -49,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   switch (s.packing) {
     case nibble::Packing::gptq_v1:
     case nibble::Packing::gptq_v2:
-      t["qweight"] = filled(r, i32, {dims((k + 7) / 8), dims(n)});
-      t["qzeros"] = filled(r, i32, {dims(groups), dims((n + 7) / 8)});
+      t["qweight"] = filled(r, i32, {dims((k * s.bits + 31) / 32), dims(n)});
+      t["qzeros"] = filled(r, i32, {dims(groups), dims((n * s.bits + 31) / 32)});
       t["scales"] = filled(r, sdt, {dims(groups), dims(n)});
       if (r.byte() & 1) t["g_idx"] = filled(r, i32, {dims(k)});
       break;
@@ -64,9 +66,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       shape.mutable_data_as<int32_t>()[0] = int32_t(dims(n));
       shape.mutable_data_as<int32_t>()[1] = int32_t(dims(k));
       t["weight_shape"] = shape;
-      t["weight_packed"] = filled(r, i32, {dims(n), dims((k + 7) / 8)});
+      t["weight_packed"] = filled(r, i32, {dims(n), dims((k * s.bits + 31) / 32)});
       t["weight_scale"] = filled(r, sdt, {dims(n), dims(groups)});
-      if (!s.symmetric) t["weight_zero_point"] = filled(r, i32, {dims((n + 7) / 8), dims(groups)});
+      if (!s.symmetric) t["weight_zero_point"] = filled(r, i32, {dims((n * s.bits + 31) / 32), dims(groups)});
       if (s.act_order) t["weight_g_idx"] = filled(r, i32, {dims(k)});
       break;
     }
