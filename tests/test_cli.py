@@ -8,26 +8,14 @@ import os
 import subprocess
 import sys
 
-CLI = os.environ["NIBBLE_CLI"]
+from cli_check import CLI, check, clean_env, failures
+
 CPU_DIR = os.environ["NIBBLE_CPU_PLUGIN_DIR"]
 TEST_DIR = os.environ["NIBBLE_TEST_PLUGIN_DIR"]
-failures = []
 
 
 def run(args, **env):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("NIBBLE_") or k in ("NIBBLE_NUM_THREADS",)}
-    e.update(env)
-    return subprocess.run([CLI] + args, capture_output=True, text=True, env=e, timeout=600)
-
-
-def check(cond, what, proc=None):
-    if cond:
-        print(f"ok: {what}")
-    else:
-        failures.append(what)
-        print(f"FAIL: {what}")
-        if proc is not None:
-            print(f"  exit {proc.returncode}\n  stdout: {proc.stdout[-2000:]}\n  stderr: {proc.stderr[-2000:]}")
+    return subprocess.run([CLI] + args, capture_output=True, text=True, env=clean_env(**env), timeout=600)
 
 
 # `nibble plugins --json` lists cpu_w4a16 and names every skipped file with its reason.

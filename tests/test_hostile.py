@@ -14,35 +14,23 @@ import sys
 import tempfile
 import time
 
-CLI = os.environ["NIBBLE_CLI"]
+from cli_check import CLI, check, clean_env, failures
+
 CPU_DIR = os.environ["NIBBLE_CPU_PLUGIN_DIR"]
 FIX = os.environ["NIBBLE_FIXTURES"]
-failures = []
 LAYER = "model.layers.0.self_attn.q_proj"
 
 
 def run(args, timeout=60, **env):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("NIBBLE_") or k == "NIBBLE_NUM_THREADS"}
-    e["NIBBLE_PLUGIN_PATH"] = CPU_DIR
-    e.update(env)
     try:
-        return subprocess.run([CLI] + args, capture_output=True, text=True, errors="replace", env=e, timeout=timeout)
+        return subprocess.run([CLI] + args, capture_output=True, text=True, errors="replace",
+                              env=clean_env(NIBBLE_PLUGIN_PATH=CPU_DIR, **env), timeout=timeout)
     except subprocess.TimeoutExpired as t:
         class Hung:
             returncode = "timeout"
             stdout = t.stdout or ""
             stderr = f"(killed after {timeout} s)"
         return Hung()
-
-
-def check(cond, what, proc=None):
-    if cond:
-        print(f"ok: {what}")
-    else:
-        failures.append(what)
-        print(f"FAIL: {what}")
-        if proc is not None:
-            print(f"  exit {proc.returncode}\n  stdout: {str(proc.stdout)[-1500:]}\n  stderr: {str(proc.stderr)[-1500:]}")
 
 
 def refused(p, *needles):

@@ -28,15 +28,7 @@ namespace {
 
 fs::path fixtures() { return fs::path(test::env_or("NIBBLE_TEST_DATA")) / "fixtures"; }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / fmt::format("nibble_readers_{}_{}", ::getpid(), counter++);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 void write_text(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -31,6 +34,22 @@ std::string error_of(F&& f) {
   }
   return "(no error)";
 }
+
+/// A fresh directory under the system's temporary directory, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() / fmt::format("nibble_test_{}_{}", ::getpid(), counter++);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 inline std::string env_or(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
