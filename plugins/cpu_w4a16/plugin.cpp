@@ -24,6 +24,7 @@
 #include "work_split.h"
 #include "nibble/dtype.h"
 #include "nibble/plugin_abi.h"
+#include "numa_placement.h"
 #include "plugin_support.h"
 
 namespace nibble::cpu {
@@ -71,6 +72,7 @@ struct Prepared {
   CpuWeights w;
   const KernelPlan* plan = nullptr;
   int64_t tile_steps = 0;  // the AMX form's K steps per segment (amx_tile_steps), if the plan has it
+  std::vector<int64_t> node_tiles;  // NUMA: each node's tiles (numa_placement.h); empty on one node
   std::unique_ptr<OnednnPath> onednn;
 };
 
@@ -135,8 +137,10 @@ int32_t probe(char* msg, size_t cap) {
   const KernelPlan& bf16 = kernel_plan(NIBBLE_DTYPE_BF16);
   const KernelPlan& f32 = kernel_plan(NIBBLE_DTYPE_F32);
   const char* amx = amx_unavailable();
-  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; calibration: %s",
-              num_threads(), families(bf16).c_str(), bf16.summary.c_str(), families(f32).c_str(), f32.summary.c_str(),
+  const size_t nodes = process_numa_nodes().size();
+  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; calibration: %s",
+              num_threads(), nodes > 1 ? (", workers spread over " + std::to_string(nodes) + " NUMA nodes").c_str() : "",
+              families(bf16).c_str(), bf16.summary.c_str(), families(f32).c_str(), f32.summary.c_str(),
               amx ? amx : "available", calibration_report().empty() ? "none" : calibration_report().c_str());
 }
 
@@ -161,6 +165,10 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       p->plan = &kernel_plan(s->act_dtype);
       p->w = prepare_cpu_weights(*s, *w, p->plan->order);
       if (p->plan->uses_tiles()) p->tile_steps = amx_tile_steps(p->w);
+      if (const auto& nodes = process_numa_nodes(); nodes.size() > 1) {
+        p->node_tiles = node_tiles(p->w.tiles, members_per_node(num_threads()), 8);
+        place_codes(p->w, p->node_tiles, nodes);  // where it fails, only the speed suffers
+      }
       p->onednn = std::make_unique<OnednnPath>(p->w, s->act_dtype == NIBBLE_DTYPE_BF16);
     } catch (const std::invalid_argument& e) {
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", e.what());
@@ -228,14 +236,6 @@ struct JobError {
     if (first) std::rethrow_exception(first);
   }
 };
-
-// How many members of a call of `size` members run on each node of the team's placement.
-std::vector<int> members_on_nodes(const ThreadTeam& team, int size) {
-  std::vector<int> n(size_t(team.nodes()), 0);
-  for (int i = 0; i < size; ++i)
-    if (const int node = team.node_of(i); node >= 0) ++n[size_t(node)];
-  return n;
-}
 
 bool split_k_allowed() {
   const char* env = std::getenv("NIBBLE_CPU_SPLIT_K");
@@ -306,7 +306,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(members) * 32));
     if (form.compute_bound)
       chunk = std::clamp<int64_t>(w.tiles / (int64_t(members) * 2) / form.quantum * form.quantum, form.quantum, form.chunk);
-    WorkQueue queue({w.tiles, nslices, chunk, !form.compute_bound, {}}, members_on_nodes(team, members));
+    WorkQueue queue({w.tiles, nslices, chunk, !form.compute_bound, p.node_tiles}, members_per_node(members));
     JobError err;
     // One job per call: the team gathers x, then each member computes ranges of tiles and, in one
     // K slice, stores their columns of y; split in K, the members add the slices up after a
