@@ -484,6 +484,12 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
         }
       }
       if (!dense_why.empty() && !o.json) fmt::print("  (no dense baseline: {})\n", dense_why);
+      // The JSON so far after every shape, so that a run stopped by a time limit keeps its shapes.
+      if (!opt.json_path.empty()) {
+        const std::string tmp = opt.json_path + ".part";
+        std::ofstream(tmp) << out.dump(2) << "\n";
+        std::filesystem::rename(tmp, opt.json_path);
+      }
     }
   }
   if (tty) fmt::print(stderr, "\r\033[K");
