@@ -44,7 +44,8 @@ struct EmuTiles {
     for (int t = 0; t < 8; ++t) {
       const int colsb = c.colsb[t], rows = c.rows[t];
       if (colsb > 64 || rows > 16 || (colsb == 0) != (rows == 0) || colsb % 4)
-        fault("ldtilecfg: tmm" + std::to_string(t) + " of " + std::to_string(rows) + " rows x " + std::to_string(colsb) + " bytes");
+        fault("ldtilecfg: tmm" + std::to_string(t) + " of " + std::to_string(rows) + " rows x " +
+              std::to_string(colsb) + " bytes");
       s.rows[t] = rows;
       s.colsb[t] = colsb;
     }
@@ -66,12 +67,14 @@ struct EmuTiles {
   static void load(const void* p, int64_t stride) {
     State& s = tile(T);
     std::memset(s.reg[T], 0, sizeof s.reg[T]);
-    for (int r = 0; r < s.rows[T]; ++r) std::memcpy(s.reg[T][r], static_cast<const uint8_t*>(p) + r * stride, size_t(s.colsb[T]));
+    for (int r = 0; r < s.rows[T]; ++r)
+      std::memcpy(s.reg[T][r], static_cast<const uint8_t*>(p) + r * stride, size_t(s.colsb[T]));
   }
   template <int T>
   static void store(void* p, int64_t stride) {
     State& s = tile(T);
-    for (int r = 0; r < s.rows[T]; ++r) std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.reg[T][r], size_t(s.colsb[T]));
+    for (int r = 0; r < s.rows[T]; ++r)
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.reg[T][r], size_t(s.colsb[T]));
   }
   template <int C, int A, int B>
   static void dpbf16ps() {
@@ -101,7 +104,9 @@ struct EmuTiles {
   }
 
  private:
-  [[noreturn]] static void fault(const std::string& what) { throw std::logic_error("AMX emulation: " + what); }
+  [[noreturn]] static void fault(const std::string& what) {
+    throw std::logic_error("AMX emulation: " + what);
+  }
   static State& tile(int t) {
     State& s = state();
     if (!s.configured) fault("tile used before ldtilecfg");

@@ -76,7 +76,8 @@ inline TileConfig tile_config(int rows) {
 
 template <int N, class F>
 inline __attribute__((always_inline)) void unroll(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }(std::make_integer_sequence<int, N>{});
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
 }
 
 // The per-thread buffers: B tiles of one column and K block, and the stored C tiles.
@@ -119,13 +120,17 @@ class Gemm {
             for (int64_t sg = sb; sg < se; ++sg) {
               if constexpr (kRowBlocks == 2) {
                 if (two_blocks) {
-                  if (two_tiles) segment<2, 2>(block, tb, ti, sg, sg - sb);
-                  else segment<2, 1>(block, tb, ti, sg, sg - sb);
+                  if (two_tiles)
+                    segment<2, 2>(block, tb, ti, sg, sg - sb);
+                  else
+                    segment<2, 1>(block, tb, ti, sg, sg - sb);
                   continue;
                 }
               }
-              if (two_tiles) segment<1, 2>(block, tb, ti, sg, sg - sb);
-              else segment<1, 1>(block, tb, ti, sg, sg - sb);
+              if (two_tiles)
+                segment<1, 2>(block, tb, ti, sg, sg - sb);
+              else
+                segment<1, 1>(block, tb, ti, sg, sg - sb);
             }
           }
         }
@@ -136,7 +141,8 @@ class Gemm {
 
  private:
   const uint32_t* a_tile(int64_t block, int64_t sg, int64_t step, int part) const {
-    return reinterpret_cast<const uint32_t*>(a_.xp) + ((((block * segs_ + sg) * steps_ + step) * P + part) * rb_) * 16;
+    return reinterpret_cast<const uint32_t*>(a_.xp) +
+           ((((block * segs_ + sg) * steps_ + step) * P + part) * rb_) * 16;
   }
   uint32_t* b_tile(int64_t ti, int64_t sgi, int64_t step) const {
     return b_ + ((ti * sb_ + sgi) * steps_ + step) * kPairsPerStep * 16;
@@ -162,7 +168,8 @@ class Gemm {
           continue;
         }
         // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes.
-        _mm_prefetch(reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN)), _MM_HINT_NTA);
+        _mm_prefetch(reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN)),
+                     _MM_HINT_NTA);
         const __m512i codes = _mm512_load_si512(q + l * kTileN);
         unroll<4>([&](auto p) {
           const __m512i moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);
@@ -179,13 +186,19 @@ class Gemm {
     unroll<RB>([&](auto r) { unroll<NT>([&](auto n) { Tiles::template zero<r * 2 + n>(); }); });
     const int64_t steps = used_steps(sg);
     for (int64_t j = 0; j < steps; ++j) {
-      unroll<RB>([&](auto r) { unroll<P>([&](auto p) { Tiles::template load<4 + r * P + p>(a_tile(block + r, sg, j, p), 64); }); });
+      unroll<RB>([&](auto r) {
+        unroll<P>([&](auto p) { Tiles::template load<4 + r * P + p>(a_tile(block + r, sg, j, p), 64); });
+      });
       unroll<NT>([&](auto n) { Tiles::template load<6 + n>(b_tile(ti + n, sgi, j), 64); });
       unroll<RB>([&](auto r) {
-        unroll<NT>([&](auto n) { unroll<P>([&](auto p) { Tiles::template dpbf16ps<r * 2 + n, 4 + r * P + p, 6 + n>(); }); });
+        unroll<NT>([&](auto n) {
+          unroll<P>([&](auto p) { Tiles::template dpbf16ps<r * 2 + n, 4 + r * P + p, 6 + n>(); });
+        });
       });
     }
-    unroll<RB>([&](auto r) { unroll<NT>([&](auto n) { Tiles::template store<r * 2 + n>(c_ + (r * 2 + n) * 256, 64); }); });
+    unroll<RB>([&](auto r) {
+      unroll<NT>([&](auto n) { Tiles::template store<r * 2 + n>(c_ + (r * 2 + n) * 256, 64); });
+    });
     const int64_t g = w_.seg_group[size_t(sg)];
     const bool first = sg == a_.seg0;
     unroll<NT>([&](auto n) {
@@ -202,7 +215,8 @@ class Gemm {
           float* yp = a_.y + (b * rb_ + i) * a_.ldy + t * kTileN;
           const __m512 acc = _mm512_sub_ps(_mm512_load_ps(c + i * 16), _mm512_set1_ps(xa[i]));
           __m512 out = first ? _mm512_mul_ps(sv, acc) : _mm512_fmadd_ps(sv, acc, _mm512_loadu_ps(yp));
-          if constexpr (kAsym) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb_ + i]), out);  // else folded into A
+          if constexpr (kAsym)
+            out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb_ + i]), out);  // else folded into A
           _mm512_storeu_ps(yp, out);
         }
       });
@@ -222,11 +236,15 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   thread_local Scratch scratch;
   const bool asym = a.w->tile_zeros(0) != nullptr;
   if (a.xform == XForm::kBf16x2) {
-    if (asym) Gemm<Tiles, 2, true>(a, scratch).run(t0, t1);
-    else Gemm<Tiles, 2, false>(a, scratch).run(t0, t1);
+    if (asym)
+      Gemm<Tiles, 2, true>(a, scratch).run(t0, t1);
+    else
+      Gemm<Tiles, 2, false>(a, scratch).run(t0, t1);
   } else {
-    if (asym) Gemm<Tiles, 1, true>(a, scratch).run(t0, t1);
-    else Gemm<Tiles, 1, false>(a, scratch).run(t0, t1);
+    if (asym)
+      Gemm<Tiles, 1, true>(a, scratch).run(t0, t1);
+    else
+      Gemm<Tiles, 1, false>(a, scratch).run(t0, t1);
   }
 }
 

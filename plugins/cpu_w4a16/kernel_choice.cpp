@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -34,8 +34,8 @@ std::string strf(const char* format, ...) {
 }
 
 bool has_avx512() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq");
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 const char* avx512bf16_unavailable() {
   return has_avx512() && __builtin_cpu_supports("avx512bf16") ? nullptr : "this CPU lacks AVX-512 BF16";
@@ -53,13 +53,15 @@ const char* always_available() { return nullptr; }
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
 const KernelForm kKernelForms[] = {
-    {"fused-avx512bf16", fused_avx512bf16, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
+    {"fused-avx512bf16", fused_avx512bf16, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1,
+     avx512bf16_unavailable},
     {"gemm-amx", gemm_amx, CodeOrder::kBf16Pairs, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
     {"gemm-avx512bf16", gemm_avx512bf16, CodeOrder::kBf16Pairs, true, kGemmRows, false, true, 4, 32, 2, 32,
      avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, CodeOrder::kRows, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
-    {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1, always_available},
+    {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1,
+     always_available},
 };
 
 // NIBBLE_CPU_ISA's families: a one-tile form and its GEMM form, if any.
@@ -68,10 +70,8 @@ struct Family {
   const char* forms[2];
 };
 const Family kFamilies[] = {
-    {"amx", {"fused-avx512bf16", "gemm-amx"}},
-    {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
-    {"avx512", {"fused-avx512", nullptr}},
-    {"avx2", {"fused-avx2", nullptr}},
+    {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
+    {"avx512", {"fused-avx512", nullptr}},     {"avx2", {"fused-avx2", nullptr}},
     {"portable", {"fused-portable", nullptr}},
 };
 
@@ -128,7 +128,8 @@ void calibrate(std::vector<Bench>& benches, int32_t act_dtype) {
   uint64_t s = 7;
   for (size_t i = 0; i < x.size() / esize; ++i) {
     const float v = float(int(next_random(s) % 2001) - 1000) / 1000.0f;
-    if (esize == 4) std::memcpy(x.data() + i * 4, &v, 4);
+    if (esize == 4)
+      std::memcpy(x.data() + i * 4, &v, 4);
     else {
       const uint16_t h = act_dtype == NIBBLE_DTYPE_BF16 ? float_to_bf16(v) : float_to_f16(v);
       std::memcpy(x.data() + i * 2, &h, 2);
@@ -146,18 +147,22 @@ void calibrate(std::vector<Bench>& benches, int32_t act_dtype) {
         xp.resize(size_t(x_buffer_words(w, l, m)));
         xs.resize(size_t(((m + l.rb - 1) / l.rb) * w.segments() * 2 * l.rb));
         y.resize(size_t(m * fused_y_stride(w)));
-        const FusedArgs a{&w, xp.data(), xs.data(), m, l.rb, y.data(), fused_y_stride(w), act_dtype == NIBBLE_DTYPE_F32,
-                          l.form, 0, w.segments(), l.tile_steps};
+        const FusedArgs a{&w,     xp.data(), xs.data(),         m,
+                          l.rb,   y.data(),  fused_y_stride(w), act_dtype == NIBBLE_DTYPE_F32,
+                          l.form, 0,         w.segments(),      l.tile_steps};
         const auto t0 = std::chrono::steady_clock::now();
         gather_x(w, x.data(), act_dtype, l, m, xp.data(), xs.data(), alone);
         b.form->fn(a, 0, w.tiles);
-        const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        const double ns =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
         if (rep > 0) b.ns[mi] = std::min(b.ns[mi], ns);
       }
   }
 }
 
-const char* dtype_label(int32_t d) { return d == NIBBLE_DTYPE_BF16 ? "bf16" : d == NIBBLE_DTYPE_F16 ? "f16" : "f32"; }
+const char* dtype_label(int32_t d) {
+  return d == NIBBLE_DTYPE_BF16 ? "bf16" : d == NIBBLE_DTYPE_F16 ? "f16" : "f32";
+}
 
 // Integer >= 1 in NIBBLE_CPU_GEMM_MIN_M, else 0 (the plugin's probe has validated it).
 int64_t gemm_min_m_env() {
@@ -170,7 +175,7 @@ std::string describe(const KernelPlan& p) {
   for (size_t i = 0; i < p.forms.size(); ++i) {
     const int64_t lo = p.forms[i].first;
     const long long hi = i + 1 < p.forms.size() ? (long long)p.forms[i + 1].first : 0;
-    const std::string range = p.forms.size() == 1     ? "all M"
+    const std::string range = p.forms.size() == 1       ? "all M"
                               : i + 1 == p.forms.size() ? strf("M >= %lld", (long long)lo)
                               : i == 0                  ? strf("M < %lld", hi)
                                                         : strf("M %lld-%lld", (long long)lo, hi - 1);
@@ -195,14 +200,17 @@ KernelPlan make_plan(int32_t act_dtype) {
       for (const char* name : fam.forms) {
         const KernelForm* f = name ? kernel_form(name) : nullptr;
         if (!f) continue;
-        if (f->bf16 && f32) why = "f32 activations need exact f32 products (not bf16)";
-        else if (const char* r = f->unavailable()) why = r;
+        if (f->bf16 && f32)
+          why = "f32 activations need exact f32 products (not bf16)";
+        else if (const char* r = f->unavailable())
+          why = r;
         if (!why.empty()) break;
         family.push_back(f);
       }
       if (!why.empty()) family.clear();
     }
-    if (family.empty()) note = strf("; NIBBLE_CPU_ISA=%s not taken: %s", forced, why.c_str());
+    if (family.empty())
+      note = strf("; NIBBLE_CPU_ISA=%s not taken: %s", forced, why.c_str());
     else {
       candidates = family;
       note = strf("; NIBBLE_CPU_ISA=%s", forced);
@@ -211,9 +219,11 @@ KernelPlan make_plan(int32_t act_dtype) {
   // Portable code is the last resort, and AVX2 code is never faster than the same kernel on
   // AVX-512 (which takes twice the columns per instruction): not worth calibrating.
   const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
-    const bool other = std::any_of(candidates.begin(), candidates.end(), [&](const KernelForm* f) { return f->fn == unless_absent; });
+    const bool other = std::any_of(candidates.begin(), candidates.end(),
+                                   [&](const KernelForm* f) { return f->fn == unless_absent; });
     if (other || (!unless_absent && candidates.size() > 1))
-      candidates.erase(std::remove_if(candidates.begin(), candidates.end(), [&](const KernelForm* f) { return f->fn == fn; }),
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [&](const KernelForm* f) { return f->fn == fn; }),
                        candidates.end());
   };
   drop(fused_avx2, fused_avx512);
@@ -225,7 +235,8 @@ KernelPlan make_plan(int32_t act_dtype) {
     plan.order = small->order;
     if (gemm_min > 1) plan.forms.push_back({1, small});
     plan.forms.push_back({gemm_min > 1 ? gemm_min : 1, gemm});
-    plan.summary = describe(plan) + strf(" (NIBBLE_CPU_GEMM_MIN_M=%lld%s)", (long long)gemm_min, note.c_str());
+    plan.summary =
+        describe(plan) + strf(" (NIBBLE_CPU_GEMM_MIN_M=%lld%s)", (long long)gemm_min, note.c_str());
   };
   const auto gemm_of = [&](CodeOrder o, const KernelForm* skip) -> const KernelForm* {
     for (const KernelForm* f : candidates)
@@ -233,7 +244,8 @@ KernelPlan make_plan(int32_t act_dtype) {
     return nullptr;
   };
   // Forced family with both forms and a fixed crossover: nothing left to measure.
-  if (gemm_min > 0 && candidates.size() == 2 && !candidates[0]->compute_bound && candidates[1]->compute_bound) {
+  if (gemm_min > 0 && candidates.size() == 2 && !candidates[0]->compute_bound &&
+      candidates[1]->compute_bound) {
     one_tile_and_gemm(candidates[0], candidates[1]);
     return plan;
   }
@@ -250,7 +262,8 @@ KernelPlan make_plan(int32_t act_dtype) {
   for (const KernelForm* f : candidates) benches.push_back({f, &layers.at(f->order), {}});
   const auto c0 = std::chrono::steady_clock::now();
   calibrate(benches, act_dtype);
-  const double cal_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+  const double cal_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
   std::vector<std::vector<double>> times;
   for (const auto& b : benches) times.push_back(b.ns);
   const std::vector<int64_t> ms(std::begin(kCalMs), std::end(kCalMs));
@@ -332,7 +345,8 @@ KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, con
   double chosen_regret = 0;
   for (size_t k = 0; k < orders.size(); ++k) {
     double regret = 0;
-    for (size_t i = 0; i < ms.size(); ++i) regret = std::max(regret, times[choice(orders[k], i)][i] / best[i]);
+    for (size_t i = 0; i < ms.size(); ++i)
+      regret = std::max(regret, times[choice(orders[k], i)][i] / best[i]);
     if (k == 0 || regret * kMargin < chosen_regret) {
       chosen = orders[k];
       chosen_regret = regret;
@@ -342,7 +356,8 @@ KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, con
   plan.order = chosen;
   for (size_t i = 0; i < ms.size(); ++i) {
     const KernelForm* pick = candidates[choice(chosen, i)];
-    if (plan.forms.empty() || plan.forms.back().second != pick) plan.forms.push_back({i == 0 ? 1 : ms[i], pick});
+    if (plan.forms.empty() || plan.forms.back().second != pick)
+      plan.forms.push_back({i == 0 ? 1 : ms[i], pick});
   }
   plan.summary = describe(plan);
   return plan;
@@ -371,11 +386,14 @@ const char* amx_unavailable() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1u) || !(d >> 24 & 1u))
       return "this CPU lacks AMX-BF16 / AMX-TILE (CPUID.(7,0):EDX bits 22, 24)";
-    if (avx512bf16_unavailable()) return "this CPU lacks AVX-512 BF16 (the AMX form's dequantization uses it)";
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u)) return "the OS has not enabled XSAVE (CPUID.1:ECX bit 27)";
+    if (avx512bf16_unavailable())
+      return "this CPU lacks AVX-512 BF16 (the AMX form's dequantization uses it)";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u))
+      return "the OS has not enabled XSAVE (CPUID.1:ECX bit 27)";
     uint32_t lo = 0, hi = 0;
     asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return "the OS does not save AMX tile state (XCR0 bits 17, 18 clear)";
+    if ((lo & (3u << 17)) != (3u << 17))
+      return "the OS does not save AMX tile state (XCR0 bits 17, 18 clear)";
     constexpr long kXfeatureXtiledata = 18;
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, kXfeatureXtiledata) != 0) {
       static char msg[160];

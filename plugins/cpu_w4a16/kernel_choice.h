@@ -17,14 +17,14 @@ namespace nibble::cpu {
 struct KernelForm {
   const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
   FusedKernel fn;
-  CodeOrder order;       ///< the order of codes it reads (a layer is prepared in one)
-  bool bf16;             ///< x as bf16 pairs (bf16 and fp16 activations), else f32
-  int64_t rows;          ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
-  bool tiles;            ///< x in the AMX tile layout (XLayout)
-  bool compute_bound;    ///< a GEMM form: rb = rows even for fewer rows; ranges handed out guided
-  int64_t quantum;       ///< tiles a range is a multiple of (the form's column blocking)
-  int64_t chunk;         ///< tiles of a range it prefers (cache blocking), a multiple of quantum
-  int64_t min_quanta;    ///< quanta per member below which apply splits K as well
+  CodeOrder order;     ///< the order of codes it reads (a layer is prepared in one)
+  bool bf16;           ///< x as bf16 pairs (bf16 and fp16 activations), else f32
+  int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
+  bool tiles;          ///< x in the AMX tile layout (XLayout)
+  bool compute_bound;  ///< a GEMM form: rb = rows even for fewer rows; ranges handed out guided
+  int64_t quantum;     ///< tiles a range is a multiple of (the form's column blocking)
+  int64_t chunk;       ///< tiles of a range it prefers (cache blocking), a multiple of quantum
+  int64_t min_quanta;  ///< quanta per member below which apply splits K as well
   /// The M from which it is the choice by CPU features alone among the candidates of its code
   /// order (the ranking measured with weights streamed from memory, docs/benchmarks.md); 0: never
   /// without a calibration that shows it faster.

@@ -1,5 +1,6 @@
 #include "numa_placement.h"
 
+#include <dirent.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <sstream>
 
@@ -52,7 +52,8 @@ std::vector<NumaNode> numa_nodes(const std::string& sysfs, const std::vector<int
     std::getline(f, text);
     NumaNode n{int(id), {}};
     for (int c : parse_cpu_list(text))
-      if (allowed.empty() || std::find(allowed.begin(), allowed.end(), c) != allowed.end()) n.cpus.push_back(c);
+      if (allowed.empty() || std::find(allowed.begin(), allowed.end(), c) != allowed.end())
+        n.cpus.push_back(c);
     if (!n.cpus.empty()) nodes.push_back(std::move(n));
   }
   closedir(dir);
@@ -89,7 +90,8 @@ std::vector<int> members_per_node(int threads) {
   return count;
 }
 
-std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_tiles, const std::vector<NumaNode>& nodes) {
+std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_tiles,
+                        const std::vector<NumaNode>& nodes) {
   if (nodes.size() < 2 || node_tiles.size() != nodes.size() + 1 || w.q.empty()) return "";
   const auto base = uintptr_t(w.q.data());
   const size_t bytes = w.q.size() * sizeof(uint32_t);
@@ -98,7 +100,8 @@ std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_ti
   const auto tile_at = [&](int64_t t) { return base + uintptr_t(t * w.lines * kTileN) * sizeof(uint32_t); };
   for (size_t j = 0; j < nodes.size(); ++j) {
     const uintptr_t lo = (tile_at(node_tiles[j]) + page - 1) / page * page;
-    const uintptr_t hi = j + 1 == nodes.size() ? (base + bytes) / page * page : (tile_at(node_tiles[j + 1]) + page - 1) / page * page;
+    const uintptr_t hi = j + 1 == nodes.size() ? (base + bytes) / page * page
+                                               : (tile_at(node_tiles[j + 1]) + page - 1) / page * page;
     if (hi <= lo) continue;
     constexpr int kMaxNodes = 1024;
     unsigned long mask[kMaxNodes / (8 * sizeof(unsigned long))] = {};

@@ -36,6 +36,7 @@ std::vector<int> members_per_node(int threads);
 /// Moves the codes of w's tiles [node_tiles[j], node_tiles[j + 1]) to node j of `nodes` (whole
 /// pages only: a page shared by two ranges stays where it is). Returns "" or why it failed (the
 /// weights are then left where they were, which costs speed only).
-std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_tiles, const std::vector<NumaNode>& nodes);
+std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_tiles,
+                        const std::vector<NumaNode>& nodes);
 
 }  // namespace nibble::cpu

@@ -31,8 +31,8 @@ std::string nibble::test::skip_reason() {
 namespace {
 
 struct Run {
-  int64_t tile_split = -1;  // the tiles in two ranges cut here (-1: one range)
-  int64_t slices = 1;       // K slices, summed afterwards
+  int64_t tile_split = -1;    // the tiles in two ranges cut here (-1: one range)
+  int64_t slices = 1;         // K slices, summed afterwards
   bool wrong_layout = false;  // x in the line layout, which the AMX form must not accept
 };
 
@@ -45,7 +45,8 @@ Tensor amx_emulated(const CanonicalLinear& w, const Tensor& x, const Run& run, i
   l.form = w.spec.act_dtype == DType::f16 ? cpu::XForm::kBf16x2 : cpu::XForm::kBf16;
   l.rb = std::min<int64_t>(16, m);
   l.tile_steps = run.wrong_layout ? 0 : steps;
-  std::vector<float> xp(size_t(cpu::x_buffer_words(cw, l, m))), xs(size_t((m + l.rb - 1) / l.rb * cw.segments() * 2 * l.rb));
+  std::vector<float> xp(size_t(cpu::x_buffer_words(cw, l, m))),
+      xs(size_t((m + l.rb - 1) / l.rb * cw.segments() * 2 * l.rb));
   cpu::gather_x(cw, x.data(), s.act_dtype, l, m, xp.data(), xs.data(), cpu::TeamMember(nullptr, 0, 1));
   if (run.wrong_layout) xp.resize(size_t(cpu::x_buffer_words(cw, {l.form, l.rb, steps}, m)), 0.0f);
   std::vector<int64_t> bounds = {0};
@@ -54,8 +55,8 @@ Tensor amx_emulated(const CanonicalLinear& w, const Tensor& x, const Run& run, i
   std::vector<float> y(size_t(int64_t(bounds.size() - 1) * m * ldy), 0.0f);
   const int64_t before = EmuTiles::state().dpbf16ps;
   for (size_t sl = 0; sl + 1 < bounds.size(); ++sl) {
-    cpu::FusedArgs a{&cw, xp.data(), xs.data(), m, l.rb, y.data() + int64_t(sl) * m * ldy, ldy, false, l.form,
-                     bounds[sl], bounds[sl + 1], steps};
+    cpu::FusedArgs a{&cw, xp.data(), xs.data(), m,          l.rb,           y.data() + int64_t(sl) * m * ldy,
+                     ldy, false,     l.form,    bounds[sl], bounds[sl + 1], steps};
     if (run.tile_split > 0 && run.tile_split < cw.tiles) {
       cpu::amx::gemm<EmuTiles>(a, 0, run.tile_split);
       cpu::amx::gemm<EmuTiles>(a, run.tile_split, cw.tiles);
@@ -68,7 +69,8 @@ Tensor amx_emulated(const CanonicalLinear& w, const Tensor& x, const Run& run, i
   float* o = out.mutable_data_as<float>();
   for (size_t sl = 0; sl + 1 < bounds.size(); ++sl)
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < w.spec.n; ++c) o[r * w.spec.n + c] += y[size_t((int64_t(sl) * m + r) * ldy + c)];
+      for (int64_t c = 0; c < w.spec.n; ++c)
+        o[r * w.spec.n + c] += y[size_t((int64_t(sl) * m + r) * ldy + c)];
   return out;
 }
 
@@ -85,7 +87,8 @@ TEST_CASE("the tile emulation: tdpbf16ps on known pairs, and the checks where th
   // A row i: pairs (i + 1, 2) in every k; B row k: column n holds the pair (n, 1/2).
   uint16_t a[3][32], b[16][32];
   for (int i = 0; i < 3; ++i)
-    for (int k = 0; k < 16; ++k) a[i][2 * k] = float_to_bf16(float(i + 1)), a[i][2 * k + 1] = float_to_bf16(2.0f);
+    for (int k = 0; k < 16; ++k)
+      a[i][2 * k] = float_to_bf16(float(i + 1)), a[i][2 * k + 1] = float_to_bf16(2.0f);
   for (int k = 0; k < 16; ++k)
     for (int n = 0; n < 16; ++n) b[k][2 * n] = float_to_bf16(float(n)), b[k][2 * n + 1] = float_to_bf16(0.5f);
   float c[3][16];
@@ -126,8 +129,14 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: every layout, M
           for (Shape sh : {Shape{512, 192}, Shape{320, 200}, Shape{264, 72}, Shape{130, 40}}) {
             if (ao && g == -1) continue;
             LinearSpec s;
-            s.name = fmt::format("amx.{}.{}.g{}.{}.{}x{}", dtype_name(dt), weight_type_name(wt), g, ao, sh.k, sh.n);
-            s.k = sh.k; s.n = sh.n; s.group_size = g; s.weight_type = wt; s.act_dtype = dt; s.scale_dtype = dt;
+            s.name = fmt::format("amx.{}.{}.g{}.{}.{}x{}", dtype_name(dt), weight_type_name(wt), g, ao, sh.k,
+                                 sh.n);
+            s.k = sh.k;
+            s.n = sh.n;
+            s.group_size = g;
+            s.weight_type = wt;
+            s.act_dtype = dt;
+            s.scale_dtype = dt;
             s.act_order = ao;
             const CanonicalLinear w = random_canonical(s, uint64_t(cases) * 7919 + 1);
             for (int64_t m : {1, 3, 16, 17, 33, 40}) {
@@ -137,8 +146,9 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: every layout, M
               int64_t dps = 0;
               const Comparison c = check(w, x, run, &dps);
               worst = std::max(worst, c.max_rel_to_tol);
-              CHECK_MESSAGE(c.ok, fmt::format("{} M={}: {} elements out of tolerance, worst [{}, {}] got {} want {}", s.name,
-                                              m, c.failures, c.worst_m, c.worst_n, c.worst_got, c.worst_want));
+              CHECK_MESSAGE(
+                  c.ok, fmt::format("{} M={}: {} elements out of tolerance, worst [{}, {}] got {} want {}",
+                                    s.name, m, c.failures, c.worst_m, c.worst_n, c.worst_got, c.worst_want));
               CHECK(dps > 0);
               ++cases;
             }
@@ -149,7 +159,12 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: every layout, M
 
 TEST_CASE("the comparison catches a wrong x layout (the test can fail)") {
   LinearSpec s;
-  s.name = "amx.wrong"; s.k = 512; s.n = 64; s.group_size = 128; s.act_dtype = DType::bf16; s.scale_dtype = DType::bf16;
+  s.name = "amx.wrong";
+  s.k = 512;
+  s.n = 64;
+  s.group_size = 128;
+  s.act_dtype = DType::bf16;
+  s.scale_dtype = DType::bf16;
   const CanonicalLinear w = random_canonical(s, 3);
   const Tensor x = random_activations(17, s.k, DType::bf16, 4);
   int64_t dps = 0;

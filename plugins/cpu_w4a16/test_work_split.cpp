@@ -53,7 +53,8 @@ void check_cover(const WorkQueue::Params& p, const std::vector<int>& nodes_of_me
   for (int node : nodes_of_members)
     members.emplace_back([&, node] {
       for (WorkRange r; q.next(node, r);) {
-        if (r.t0 >= r.t1 || r.t0 < 0 || r.t1 > p.tiles || r.slice < 0 || r.slice >= p.slices) ++bad_ranges;
+        if (r.t0 >= r.t1 || r.t0 < 0 || r.t1 > p.tiles || r.slice < 0 || r.slice >= p.slices)
+          ++bad_ranges;
         else
           for (int64_t t = r.t0; t < r.t1; ++t) seen[size_t(r.slice * p.tiles + t)].fetch_add(1);
       }
@@ -62,8 +63,10 @@ void check_cover(const WorkQueue::Params& p, const std::vector<int>& nodes_of_me
   CHECK(bad_ranges == 0);
   int wrong = 0;
   for (auto& s : seen) wrong += s.load() != 1;
-  CHECK_MESSAGE(wrong == 0, fmt::format("tiles {} slices {} chunk {} fixed {} members {}: {} items not taken exactly once",
-                                        p.tiles, p.slices, p.chunk, p.fixed_shares, nodes_of_members.size(), wrong));
+  CHECK_MESSAGE(
+      wrong == 0,
+      fmt::format("tiles {} slices {} chunk {} fixed {} members {}: {} items not taken exactly once", p.tiles,
+                  p.slices, p.chunk, p.fixed_shares, nodes_of_members.size(), wrong));
 }
 
 }  // namespace

@@ -19,7 +19,9 @@ uint32_t* futex_word(std::atomic<uint32_t>& a) { return reinterpret_cast<uint32_
 void futex_wait(std::atomic<uint32_t>& a, uint32_t old) {
   syscall(SYS_futex, futex_word(a), FUTEX_WAIT_PRIVATE, old, nullptr, nullptr, 0);
 }
-void futex_wake_all(std::atomic<uint32_t>& a) { syscall(SYS_futex, futex_word(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0); }
+void futex_wake_all(std::atomic<uint32_t>& a) {
+  syscall(SYS_futex, futex_word(a), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,16 +32,19 @@ inline void cpu_relax() {
 // Waits until `word` is no longer `old`: spins for ThreadTeam::kSpinNanos, then sleeps on the
 // futex. After the first quarter of the spin it yields the core on every round: where the machine
 // has more runnable threads than cores (other processes, a host's own threads), the member it
-// waits for may be the one that needs this core. The waker stores the new value and then wakes if `sleepers` is non-zero; both sides use
-// sequentially consistent operations, so either the waker sees the sleeper or the sleeper sees the
-// new value before it sleeps (and FUTEX_WAIT itself returns at once if the word has changed).
+// waits for may be the one that needs this core. The waker stores the new value and then wakes if `sleepers`
+// is non-zero; both sides use sequentially consistent operations, so either the waker sees the sleeper or the
+// sleeper sees the new value before it sleeps (and FUTEX_WAIT itself returns at once if the word has
+// changed).
 void wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<int>& sleepers) {
   if (word.load(std::memory_order_acquire) != old) return;
   const auto start = std::chrono::steady_clock::now();
   bool yielding = false;
   for (int i = 1;; ++i) {
-    if (yielding) sched_yield();
-    else cpu_relax();
+    if (yielding)
+      sched_yield();
+    else
+      cpu_relax();
     if (word.load(std::memory_order_acquire) != old) return;
     if (yielding || i % 64 == 0) {
       const auto spun = std::chrono::steady_clock::now() - start;
@@ -121,7 +126,8 @@ void ThreadTeam::work(Worker* me, int index) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
     }
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleepers_.load(std::memory_order_seq_cst) > 0)
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        caller_sleepers_.load(std::memory_order_seq_cst) > 0)
       futex_wake_all(pending_);
   }
 }
@@ -161,7 +167,8 @@ int ThreadTeam::run(int threads, Job job, void* ctx) {
   } catch (...) {
     mine = std::current_exception();
   }
-  for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;) wait_for_change(pending_, left, caller_sleepers_);
+  for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;)
+    wait_for_change(pending_, left, caller_sleepers_);
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
   return size;

@@ -64,7 +64,8 @@ class ThreadTeam {
   int run(int threads, Job job, void* ctx);
   template <class F>
   int run(int threads, F& f) {
-    return run(threads, [](void* c, const TeamMember& me) { (*static_cast<F*>(c))(me); }, &f);
+    return run(
+        threads, [](void* c, const TeamMember& me) { (*static_cast<F*>(c))(me); }, &f);
   }
 
   /// NUMA placement: worker i (member i of a job, i >= 1) runs on the CPUs of

@@ -17,7 +17,8 @@ std::vector<int64_t> slice_bounds(const CpuWeights& w, int64_t slices) {
   for (int64_t s = 1; s < slices; ++s) {
     const int64_t line = w.lines * s / slices;
     // The first segment that starts at or after the slice's share of the lines.
-    const int64_t sg = std::lower_bound(w.seg_line.begin(), w.seg_line.begin() + segs, line) - w.seg_line.begin();
+    const int64_t sg =
+        std::lower_bound(w.seg_line.begin(), w.seg_line.begin() + segs, line) - w.seg_line.begin();
     if (sg > b.back() && sg < segs) b.push_back(sg);
   }
   b.push_back(segs);
@@ -79,7 +80,8 @@ bool WorkQueue::take(Pool& pool, WorkRange& r, bool own) {
 }
 
 bool WorkQueue::next(int node, WorkRange& r) {
-  if (node >= 0 && node < nodes_ && pools_[size_t(node)].n > 0 && take(pools_[size_t(node)], r, true)) return true;
+  if (node >= 0 && node < nodes_ && pools_[size_t(node)].n > 0 && take(pools_[size_t(node)], r, true))
+    return true;
   // Then the other nodes' guided rest (their fixed shares stay with their members); a member on
   // no node visits every node here.
   for (int k = 1; k <= nodes_; ++k) {

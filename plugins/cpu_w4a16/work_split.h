@@ -43,9 +43,9 @@ class WorkQueue {
   struct Params {
     int64_t tiles = 0;
     int64_t slices = 1;
-    int64_t chunk = 1;          ///< guided ranges are whole multiples of it (but at a slice's end)
-    bool fixed_shares = false;  ///< only with slices == 1
-    std::vector<int64_t> node_tiles;    ///< node_tiles(); empty: one node
+    int64_t chunk = 1;                ///< guided ranges are whole multiples of it (but at a slice's end)
+    bool fixed_shares = false;        ///< only with slices == 1
+    std::vector<int64_t> node_tiles;  ///< node_tiles(); empty: one node
   };
   /// `members_on_node[j]`: how many members of the call run on node j.
   WorkQueue(const Params& p, const std::vector<int>& members_on_node);
