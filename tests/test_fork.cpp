@@ -63,7 +63,8 @@ TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did
       waitpid(pid, &status, 0);
     }
     CHECK_MESSAGE(got == pid, "the child hung (killed after 60 s)");
-    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child's results differ, or it failed");
+    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                  "the child's results differ, or it failed");
     std::this_thread::sleep_for(std::chrono::milliseconds(round % 3));
   }
   stop = true;
