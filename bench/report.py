@@ -39,29 +39,36 @@ def main():
         r["vs_torch"] = r["torch_us"] / r["time_us"] if t else None
 
     print(f"Command: `{bench['command']}`\n")
+    if "host" in bench:
+        h = bench["host"]
+        print(f"Host: {h.get('cpu_model')}, {h.get('cpus_allowed')} CPUs, {h.get('numa_nodes')} NUMA node(s), "
+              f"last-level cache {h.get('last_level_cache')}, {' '.join(h.get('isa', []))}.\n")
     for b in bench["backends"]:
-        print(f"Ceilings of the run ({b['name']}, {b['device']}): bandwidth {b['bandwidth_gbps']:.1f} GB/s, "
+        threads = f", {b['threads']} threads" if b.get("threads") else ""
+        print(f"Ceilings of the run ({b['name']}{threads}, {b['device']}): bandwidth {b['bandwidth_gbps']:.1f} GB/s, "
               f"peak {b['peak_gflops']:.1f} GFLOP/s ({b['peak_from']}), {b['dtype']} activations, "
               f"G = {bench['group_size']}.\n")
-    shape_bw = {r["shape"]: r["bandwidth_gbps"] for r in rows if "bandwidth_gbps" in r}
+    shape_bw = {r["shape"] + (f" ({r['threads']} threads)" if r.get("threads") else ""): r["bandwidth_gbps"]
+                for r in rows if "bandwidth_gbps" in r}
     if shape_bw:
         print("Bandwidth ceiling per shape (the larger of two readings, just before and just after its points): "
               + ", ".join(f"{k} {v:.1f}" for k, v in shape_bw.items()) + " GB/s.\n")
 
-    head = "| M | % of roofline | GB/s | GFLOP/s | vs dense |" + (" vs torch int4 |" if torch else "")
+    sweep = len({r.get("threads") for r in rows}) > 1
+    head = ("| threads " if sweep else "") + "| M | % of roofline | GB/s | GFLOP/s | vs dense |" + (" vs torch int4 |" if torch else "")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    for m in sorted({r["m"] for r in rows}):
-        at = [r for r in rows if r["m"] == m]
+    for t, m in sorted({(r.get("threads") or 0, r["m"]) for r in rows}, key=lambda k: (-k[0], k[1])):
+        at = [r for r in rows if r["m"] == m and (r.get("threads") or 0) == t]
         gb = '{:.0f}' if max(r['gbps'] for r in at) >= 100 else '{:.1f}'
-        line = (f"| {m} | {span([r['pct_roofline'] for r in at], '{:.0f}')}% | {span([r['gbps'] for r in at], gb)} "
+        line = (f"| {t} " if sweep else "") + (f"| {m} | {span([r['pct_roofline'] for r in at], '{:.0f}')}% | {span([r['gbps'] for r in at], gb)} "
                 f"| {span([r['gflops'] for r in at], '{:.0f}')} | {span([r['speedup_vs_dense'] for r in at], '{:.2f}')}x |")
         if torch:
             line += f" {span([r['vs_torch'] for r in at], '{:.1f}')}x |"
         print(line)
     print()
 
-    head = "| K x N | M | kernel | time µs | GB/s | % of roofline | dense µs | vs dense |"
+    head = "| K x N | M |" + (" threads |" if sweep else "") + " kernel | time µs | GB/s | % of roofline | dense µs | vs dense |"
     if torch:
         head += " torch int4 µs | vs torch int4 |"
     print(head)
@@ -69,7 +76,7 @@ def main():
     for r in rows:
         dense = f"{r['dense_us']:.1f}" if r.get("dense_us") is not None else "-"
         vs = f"{r['speedup_vs_dense']:.2f}x" if r.get("speedup_vs_dense") is not None else "-"
-        line = (f"| {r['shape']} | {r['m']} | {short_kernel(r['kernel'])} | {r['time_us']:.1f} | {r['gbps']:.1f} "
+        line = (f"| {r['shape']} | {r['m']} |" + (f" {r.get('threads')} |" if sweep else "") + f" {short_kernel(r['kernel'])} | {r['time_us']:.1f} | {r['gbps']:.1f} "
                 f"| {r['pct_roofline']:.0f}% | {dense} | {vs} |")
         if torch:
             line += (f" {r['torch_us']:.1f} | {r['vs_torch']:.1f}x |" if r["torch_us"] is not None else " - | - |")

@@ -64,7 +64,8 @@ std::string nibble::test::skip_reason() {
     std::string norm = got.substr(0, got.find(' '));
     for (auto& c : norm) c = c == '-' ? '_' : c;
     if (norm != want && !(want == "onednn" && norm.rfind("onednn", 0) == 0))
-      return name + ": kernel " + want + " is not available on this machine (it runs " + got + ")";
+      return name + ": kernel " + want + " is not available on this machine (it runs " + got + "; the probe: " +
+             b->probe().message + ")";
   }
   return {};
 }

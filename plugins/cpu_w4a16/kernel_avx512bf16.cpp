@@ -80,8 +80,8 @@ struct Avx512Bf16 {
 // kGemmBlockLines lines (256 KiB for 4 tiles), once per block of rows: they come from memory for
 // the first block of rows and from L2 for the others.
 template <int P, int MB, int NT, bool kAsym>
-void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
-                float* y, int64_t ldy, int64_t pf) {
+void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp, int64_t rb,
+                const float* xs, float* y, int64_t ldy, int64_t pf) {
   const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
   const uint32_t* q = w.tile_codes(t);
   const int64_t tile_words = w.lines * kTileN;
@@ -116,7 +116,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
       }
     }
     // The segment's end (kAsym is a template parameter): S = 1, y += s (acc - A) - s z X
-    // (kernel_fused_impl.h), or y = for the layer's first segment.
+    // (kernel_fused_impl.h), or y = for the first segment of the K slice (`first`).
     const int64_t g = w.seg_group[size_t(sg)];
     const auto end = [&]<bool kFirst>() {
 #pragma GCC unroll 4
@@ -133,7 +133,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const ui
         }
       }
     };
-    if (sg == 0) end.template operator()<true>();
+    if (sg == first) end.template operator()<true>();
     else end.template operator()<false>();
   }
 }
@@ -154,7 +154,8 @@ constexpr int64_t kGemmRowBlocks = 8;
 // the noise (docs/benchmarks.md).
 constexpr int64_t kGemmPrefetchLines = 64;
 
-using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*, float*, int64_t, int64_t);
+using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*,
+                          float*, int64_t, int64_t);
 
 template <int P, bool kAsym, int... I>
 constexpr auto gemm_table(std::integer_sequence<int, I...>) {
@@ -168,20 +169,22 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
   const int64_t segs = w.segments(), ldy = a.ldy;
   const int64_t blocks = (a.m + a.rb - 1) / a.rb;
+  // Segments [a.seg0, a.seg1): the K slice; xs holds all segments of each block of rows.
   for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
     const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
     for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
       const int64_t b1 = std::min(blocks, b0 + kGemmRowBlocks);
-      for (int64_t s0 = 0; s0 < segs;) {
+      for (int64_t s0 = a.seg0; s0 < a.seg1;) {
         int64_t s1 = s0 + 1;
-        while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
+        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
         for (int64_t b = b0; b < b1; ++b) {
           const int64_t mb = std::min(a.m - b * a.rb, a.rb);
           const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
           const float* xs = a.xs + b * segs * 2 * a.rb;
           for (int64_t t = tb; t < tb1; t += kGemmTiles) {
             const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
-            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy, b == b0 ? kGemmPrefetchLines * kTileN : 0);
+            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, a.seg0, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy,
+                                                             b == b0 ? kGemmPrefetchLines * kTileN : 0);
           }
         }
         s0 = s1;

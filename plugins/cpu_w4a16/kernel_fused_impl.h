@@ -90,9 +90,10 @@ constexpr int64_t kXBlockBytes = 256 << 10;
 // One tile's share of the K block of segments [s0, s1) for MB rows: y += the block's terms.
 // xp: this row block's [lines][rb][8]; xs: its [segments][2][rb]; y: its first row; next: the
 // first line the caller reads after this block (where the prefetch goes once it passes the end).
+// `first`: s0 is the first segment of the call's K slice (y is written, not accumulated).
 template <class T, int MB, bool kExact>
-void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uint32_t* xp, int64_t rb, const float* xs,
-               float* y, int64_t ldy, const uint32_t* next) {
+void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool first, const uint32_t* xp, int64_t rb,
+               const float* xs, float* y, int64_t ldy, const uint32_t* next) {
   using V = typename T::V;
   using Steps = std::make_integer_sequence<int, T::kSteps>;
   const uint32_t* q = w.tile_codes(t);
@@ -107,7 +108,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, const uin
   constexpr int CO = T::out_chains(MB);
   V out[MB * CO], acc[MB * C];
   for (int m = 0; m < MB; ++m) {
-    out[m * CO] = s0 == 0 ? T::zero() : T::load(y + m * ldy + t * kTileN);
+    out[m * CO] = first ? T::zero() : T::load(y + m * ldy + t * kTileN);
     for (int c = 1; c < CO; ++c) out[m * CO + c] = T::zero();
   }
   // The prefetch address walks this block's lines, then continues at `next`. Integers, not
@@ -181,33 +182,34 @@ void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t blo
   float* y = a.y + block * a.rb * ldy;
   switch (mb) {
 #define NIBBLE_ROWS(n) \
-  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact>(w, t, s0, s1, xp, a.rb, xs, y, ldy, next); break;
+  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact>(w, t, s0, s1, s0 == a.seg0, xp, a.rb, xs, y, ldy, next); break;
     NIBBLE_ROWS(1) NIBBLE_ROWS(2) NIBBLE_ROWS(3) NIBBLE_ROWS(4) NIBBLE_ROWS(5) NIBBLE_ROWS(6) NIBBLE_ROWS(7) NIBBLE_ROWS(8)
 #undef NIBBLE_ROWS
     default: break;
   }
 }
 
-// Tiles [t0, t1) in K blocks: for each block of segments whose x fits kXBlockBytes, every tile
-// (and every row block of x) takes its share, accumulating into y. So x is read from L1, and the
-// weights still stream once, in runs of the block's lines per tile.
+// Tiles [t0, t1) of the K slice [a.seg0, a.seg1) in K blocks: for each block of segments whose x
+// fits kXBlockBytes, every tile (and every row block of x) takes its share, accumulating into y.
+// So x is read from L2, and the weights still stream once, in runs of the block's lines per tile.
 template <class T>
 void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
-  const int64_t segs = w.segments();
+  const int64_t segs = a.seg1;
   // One block of rows: K blocks sized for L1. Several blocks of rows (m > rb): the whole of K at
   // once, tile after tile, as the K blocks would make every block of rows reload and store its
   // outputs.
   const int64_t max_lines = a.m > a.rb ? w.lines : std::max<int64_t>(kSegmentLines, kXBlockBytes / (a.rb * T::kXWords * int64_t(sizeof(float))));
-  for (int64_t s0 = 0; s0 < segs;) {
+  for (int64_t s0 = a.seg0; s0 < segs;) {
     int64_t s1 = s0 + 1;
     while (s1 < segs && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= max_lines) ++s1;
     for (int64_t t = t0; t < t1; ++t) {
       // Read after this tile's block: the next tile's block, else the first tile's next block,
-      // else (K done) the tile after the range, which a thread alone reads next.
+      // else (the slice done) the slice of the tile after the range, which a thread alone reads
+      // next.
       const uint32_t* next = t + 1 < t1    ? w.tile_codes(t + 1) + w.seg_line[size_t(s0)] * kTileN
                              : s1 < segs ? w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN
-                                         : w.tile_codes(t1);
+                                         : w.tile_codes(t1) + w.seg_line[size_t(a.seg0)] * kTileN;
       for (int64_t b = 0; b * a.rb < a.m; ++b) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
         if constexpr (T::kHasExact) {

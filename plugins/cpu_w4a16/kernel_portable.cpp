@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "kernels.h"
@@ -33,8 +32,9 @@ void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_r
 namespace {
 // One line's 8 values of x into its slot of xp: 8 f32 (kF32), or as bf16 pairs: kBf16 the 4 pairs
 // (x is bf16 there, so its f32 form truncates to it exactly), kBf16x2 the 4 pairs of the hi parts
-// (rounded to nearest even) then the 4 of the lo parts (x - hi, exact in bf16 for fp16 x).
-inline void put_line(const float* v, XForm f, float* slot) {
+// (rounded to nearest even) at `slot`, the 4 of the lo parts (x - hi, exact in bf16 for fp16 x)
+// at `lo` (slot + 4 in the line layout, the next part's A tile in the tile layout).
+inline void put_line(const float* v, XForm f, float* slot, float* lo_slot) {
   if (f == XForm::kF32) {
     std::memcpy(slot, v, 8 * sizeof(float));
     return;
@@ -50,8 +50,28 @@ inline void put_line(const float* v, XForm f, float* slot) {
     words[p] = hi[2 * p] | hi[2 * p + 1] << 16;
     words[4 + p] = lo[2 * p] | lo[2 * p + 1] << 16;
   }
-  std::memcpy(slot, words, size_t(x_words(f)) * sizeof(uint32_t));
+  std::memcpy(slot, words, 4 * sizeof(uint32_t));
+  if (f == XForm::kBf16x2) std::memcpy(lo_slot, words + 4, 4 * sizeof(uint32_t));
 }
+
+// Where row r's values of line l (in segment sg) go in xp: the first word of its slot, and the
+// distance to its lo part (kBf16x2).
+struct XSlots {
+  const CpuWeights& w;
+  const XLayout& l;
+  int64_t parts() const { return l.form == XForm::kBf16x2 ? 2 : 1; }
+  // Words of one block of rows.
+  int64_t block_words() const {
+    return l.tile_steps ? w.segments() * l.tile_steps * parts() * l.rb * 16 : w.lines * l.rb * x_words(l.form);
+  }
+  int64_t at(int64_t r, int64_t sg, int64_t line) const {
+    const int64_t block = r / l.rb, rr = r % l.rb;
+    if (!l.tile_steps) return block * block_words() + (line * l.rb + rr) * x_words(l.form);
+    const int64_t i = line - w.seg_line[size_t(sg)];
+    return block * block_words() + ((sg * l.tile_steps + i / 4) * parts() * l.rb + rr) * 16 + (i % 4) * 4;
+  }
+  int64_t lo_offset() const { return l.tile_steps ? l.rb * 16 : 4; }
+};
 
 // Elements [i0, i1) of row r of x [m, k] of `dt` as f32, into out[i0, i1) (one loop per dtype,
 // so that the compiler vectorizes it).
@@ -76,16 +96,17 @@ void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, int64_t i0, int64
 
 // Segments [s0, s1) of row r: its lines' slots of xp and its A and X of xs. `row` holds x's row
 // r as f32 wherever these segments read it (row_src, or lines * 8 positions with zeros past K).
-void gather_segments(const CpuWeights& w, XForm f, int64_t r, int64_t rb, const float* row, int64_t s0, int64_t s1,
+void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const float* row, int64_t s0, int64_t s1,
                      float* xp, float* xs) {
-  const int64_t segs = w.segments(), xw = x_words(f);
-  float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;  // line l's slot at dst + l * rb * xw
+  const XForm f = slots.l.form;
+  const int64_t segs = w.segments(), rb = slots.l.rb, lo = slots.lo_offset();
   float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
   for (int64_t sg = s0; sg < s1; ++sg) {
     // Sums per row j of the line in 8 independent lanes (so the additions do not wait for each
     // other), combined in double: the kernel subtracts them from its fp32 sums.
     float lane[8] = {};
-    for (int64_t l = w.seg_line[size_t(sg)]; l < w.seg_line[size_t(sg + 1)]; ++l) {
+    const int64_t l0 = w.seg_line[size_t(sg)], l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = l0; l < l1; ++l) {
       const float* v = row + l * 8;
       float gathered[8];
       if (!w.identity_rows) {  // act order or padded groups: rows through row_src
@@ -94,8 +115,17 @@ void gather_segments(const CpuWeights& w, XForm f, int64_t r, int64_t rb, const 
         v = gathered;
       }
       for (int j = 0; j < 8; ++j) lane[j] += v[j];
-      put_line(v, f, dst + l * rb * xw);
+      float* slot = xp + slots.at(r, sg, l);
+      put_line(v, f, slot, slot + lo);
     }
+    // The tile layout's last K step of a segment: lines past its end multiply nothing, and must be
+    // 0 there (the tile reads them).
+    if (slots.l.tile_steps)
+      for (int64_t l = l1; (l - l0) % 4; ++l) {
+        float* slot = xp + slots.at(r, sg, l);
+        std::fill(slot, slot + 4, 0.0f);
+        if (f == XForm::kBf16x2) std::fill(slot + lo, slot + lo + 4, 0.0f);
+      }
     double offset_sum = 0, sum = 0;  // A and X of kernels.h
     for (int j = 0; j < 8; ++j) {
       offset_sum += double(trick_offset(f, j)) * lane[j];
@@ -110,23 +140,42 @@ void gather_segments(const CpuWeights& w, XForm f, int64_t r, int64_t rb, const 
 }
 }  // namespace
 
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs) {
+int64_t amx_tile_steps(const CpuWeights& w) {
+  int64_t longest = 1;
+  for (int64_t sg = 0; sg < w.segments(); ++sg) longest = std::max(longest, w.seg_line[size_t(sg + 1)] - w.seg_line[size_t(sg)]);
+  return (longest + 3) / 4;
+}
+
+int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m) {
+  return (m + l.rb - 1) / l.rb * XSlots{w, l}.block_words();
+}
+
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp, float* xs,
+              const TeamMember& me) {
   const DType dt = DType(dtype);
-  const int64_t blocks = (m + rb - 1) / rb, segs = w.segments(), xw = x_words(f), pad_rows = blocks * rb - m;
-  // Units of work: a part of a row's segments each (a row splits into one part per thread when
-  // there are fewer rows than threads, so that M = 1 is gathered by the whole team; rows through
+  const XSlots slots{w, l};
+  const int64_t rb = l.rb, blocks = (m + rb - 1) / rb, segs = w.segments(), pad_rows = blocks * rb - m;
+  // Units of work: a part of a row's segments each (a row splits into one part per member when
+  // there are fewer rows than members, so that M = 1 is gathered by the whole team; rows through
   // row_src read all of x's row and stay whole), then one unit per padding row of the last block.
-  const int team = omp_get_num_threads();
+  const int team = me.size();
   const int64_t parts = m < team && w.identity_rows ? std::min<int64_t>(team, segs) : 1;
   thread_local std::vector<float> t_row;
   if (t_row.size() < size_t(w.lines * 8)) t_row.resize(size_t(w.lines * 8));
   float* row = t_row.data();
-#pragma omp for schedule(static)
-  for (int64_t u = 0; u < m * parts + pad_rows; ++u) {
+  const int64_t units = m * parts + pad_rows;
+  for (int64_t u = me.share_begin(units); u < me.share_end(units); ++u) {
     if (u >= m * parts) {  // padding: every slot and sum 0
       const int64_t r = m + (u - m * parts);
-      float* dst = xp + (r / rb) * w.lines * rb * xw + (r % rb) * xw;
-      for (int64_t l = 0; l < w.lines; ++l) std::fill(dst + l * rb * xw, dst + l * rb * xw + xw, 0.0f);
+      const auto zero = [&](int64_t sg, int64_t ln) {
+        float* slot = xp + slots.at(r, sg, ln);
+        std::fill(slot, slot + (l.tile_steps ? 4 : x_words(l.form)), 0.0f);
+        if (l.tile_steps && l.form == XForm::kBf16x2) std::fill(slot + slots.lo_offset(), slot + slots.lo_offset() + 4, 0.0f);
+      };
+      for (int64_t sg = 0; sg < segs; ++sg) {
+        const int64_t l0 = w.seg_line[size_t(sg)], l1 = l.tile_steps ? l0 + 4 * l.tile_steps : w.seg_line[size_t(sg + 1)];
+        for (int64_t ln = l0; ln < l1; ++ln) zero(sg, ln);
+      }
       for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
       continue;
     }
@@ -137,7 +186,7 @@ void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_
     const int64_t i1 = w.identity_rows ? w.seg_line[size_t(s1)] * 8 : w.k;
     row_to_f32(x, dt, r, w.k, std::min(i0, w.k), std::min(i1, w.k), row);
     if (i1 > w.k) std::fill(row + std::max(i0, w.k), row + i1, 0.0f);
-    gather_segments(w, f, r, rb, row, s0, s1, xp, xs);
+    gather_segments(w, slots, r, row, s0, s1, xp, xs);
   }
 }
 
@@ -150,9 +199,10 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
     for (int64_t r = 0; r < a.m; ++r) {
       float out[kTileN] = {0}, acc[kTileN];
       const float* x = a.xp + (r / a.rb) * w.lines * a.rb * 8 + (r % a.rb) * 8;
-      for (int64_t g = 0; g < w.groups; ++g) {
+      for (int64_t sg = a.seg0; sg < a.seg1; ++sg) {
+        const int64_t g = w.seg_group[size_t(sg)];
         std::fill(acc, acc + kTileN, 0.0f);
-        for (int64_t l = w.group_line[size_t(g)]; l < w.group_line[size_t(g + 1)]; ++l)
+        for (int64_t l = w.seg_line[size_t(sg)]; l < w.seg_line[size_t(sg + 1)]; ++l)
           for (int j = 0; j < 8; ++j) {
             const float xv = x[l * a.rb * 8 + j];
             for (int64_t c = 0; c < kTileN; ++c)
@@ -163,48 +213,6 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
       std::memcpy(a.y + r * ldy + t * kTileN, out, sizeof out);
     }
   }
-}
-
-// From this M on, the avx512bf16 kernel runs in its GEMM form (NIBBLE_CPU_GEMM_MIN_M moves it).
-constexpr int64_t kGemmMinM = 32;
-
-IsaChoice fused_kernel_named(const char* name, int32_t act_dtype) {
-  const std::string n = name;
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (n == "avx512bf16") {
-    if (!avx512 || !__builtin_cpu_supports("avx512bf16")) return {nullptr, "this CPU lacks AVX-512 BF16", 0};
-    const char* env = std::getenv("NIBBLE_CPU_GEMM_MIN_M");
-    const int64_t gemm_min_m = env && std::atoll(env) > 0 ? std::atoll(env) : kGemmMinM;
-    if (act_dtype == NIBBLE_DTYPE_BF16)
-      return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16, gemm_avx512bf16, kGemmRows, gemm_min_m};
-    if (act_dtype == NIBBLE_DTYPE_F16)
-      return {fused_avx512bf16, "avx512bf16", 8, CodeOrder::kBf16Pairs, XForm::kBf16x2, gemm_avx512bf16, kGemmRows, gemm_min_m};
-    return {nullptr, "f32 activations need exact f32 products (not bf16)", 0};
-  }
-  if (n == "avx512") {
-    if (avx512) return {fused_avx512, "avx512", 8};
-    return {nullptr, "this CPU lacks AVX-512 F/BW/VL/DQ", 0};
-  }
-  if (n == "avx2") {
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-      return {fused_avx2, "avx2", 3};
-    return {nullptr, "this CPU lacks AVX2, FMA or F16C", 0};
-  }
-  if (n == "portable") return {fused_portable, "portable", 1};
-  return {nullptr, "unknown kernel (expected avx512bf16, avx512, avx2 or portable)", 0};
-}
-
-IsaChoice best_fused_kernel(int32_t act_dtype) {
-  if (const char* forced = std::getenv("NIBBLE_CPU_ISA"); forced && *forced) {
-    IsaChoice c = fused_kernel_named(forced, act_dtype);
-    if (c.fn) return c;
-  }
-  for (const char* n : {"avx512bf16", "avx512", "avx2"}) {
-    IsaChoice c = fused_kernel_named(n, act_dtype);
-    if (c.fn) return c;
-  }
-  return {fused_portable, "portable", 1};
 }
 
 }  // namespace nibble::cpu

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cpu_weights.h"
+#include "thread_team.h"
 
 namespace nibble::cpu {
 
@@ -29,28 +30,49 @@ constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : 8; }
 constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
 constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f : j % 2 ? 1.0f : 16.0f; }
 
+/// Where gather_x puts x for a kernel form, and in which form.
+///   lines  (tile_steps == 0) 32-bit [blocks][lines][rb][x_words]: the values one line of the
+///          weights needs are contiguous (one base pointer, constant offsets), for the SIMD forms
+///   tiles  (tile_steps > 0, kBf16 / kBf16x2) the A operands of the AMX form: per block of rb
+///          rows and segment, tile_steps K steps of 32 rows (4 lines), each an A tile of rb rows
+///          x 64 bytes (16 bf16 pairs, word 4i + p = pair p of the step's line i), once per part
+///          (bf16 x: 1; fp16 x: its hi, then its lo parts), u32 [blocks][segments][tile_steps]
+///          [parts][rb][16]; lines past the end of a segment within its last step are 0
+struct XLayout {
+  XForm form = XForm::kF32;
+  int64_t rb = 1;          ///< rows per block
+  int64_t tile_steps = 0;  ///< AMX K steps per segment (amx_tile_steps), 0: the line layout
+};
+/// K steps of 32 rows per segment in the tile layout: enough for the longest segment.
+int64_t amx_tile_steps(const CpuWeights& w);
+/// 32-bit words of xp that gather_x fills for m rows.
+int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m);
+
 /// The operands of one fused call, shared by every kernel. Rows of x are processed in blocks of
-/// `rb` rows (the kernel's register blocking); within a block, x is interleaved so that the values
-/// one line needs are contiguous (one base pointer, constant offsets: no address registers spill).
-///   xp  32-bit [blocks][lines][rb][x_words]: x gathered into the weights' padded row order (0
-///       for padding rows and for rows past m in the last block); per line and row, 8 f32 (kF32),
-///       or 4 u32 bf16 pairs (x_2p in the low half, x_2p+1 in the high half; kBf16), or the 4
-///       pairs of the hi parts then the 4 of the lo parts (kBf16x2)
+/// `rb` rows (the kernel's register blocking, or an AMX tile's rows); xp is in the layout of
+/// XLayout:
+///   xp  32-bit: x gathered into the weights' padded row order (0 for padding rows and for rows
+///       past m in the last block); per line and row, 8 f32 (kF32), or 4 u32 bf16 pairs (x_2p in
+///       the low half, x_2p+1 in the high half; kBf16), or the 4 pairs of the hi parts then the 4
+///       of the lo parts (kBf16x2); in the tile layout, as XLayout says
 ///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, A = sum of a_j x
 ///       (trick_offset) and X = plain sum of x over its rows (the corrections of the trick and of
 ///       the zero point); for symmetric weights (CpuWeights::tile_zeros null) A also holds the
 ///       zero point's term, A + (8 / S) X, and the kernels leave X alone
-///   y   f32 [m][ldy]: the output, written (not accumulated) for tiles [t0, t1)
+///   y   f32 [m][ldy]: the output of segments [seg0, seg1) (a K slice; all segments unless apply
+///       splits K), written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {
   const CpuWeights* w;
   const float* xp;
   const float* xs;
   int64_t m;
-  int64_t rb;  ///< rows per block (IsaChoice::rows)
+  int64_t rb;  ///< rows per block (XLayout::rb)
   float* y;
   int64_t ldy;  ///< row stride of y in floats: fused_y_stride
   bool exact;  ///< f32 activations: form (q - z) exactly instead of the trick
   XForm xform;
+  int64_t seg0 = 0, seg1 = 0;  ///< the K slice: segments [seg0, seg1)
+  int64_t tile_steps = 0;      ///< XLayout::tile_steps
 };
 
 /// The row stride of the kernels' y: the tiles' 64-byte lines, an odd number of them, so that
@@ -58,13 +80,14 @@ struct FusedArgs {
 /// one block of the GEMM form keeps in L2 into one set of the L2 and of the L1).
 inline int64_t fused_y_stride(const CpuWeights& w) { return (w.tiles | 1) * kTileN; }
 
-/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in form `f`. Called by every thread of
-/// an OpenMP team, which share the work (an `omp for`, ending in the team's barrier), or outside a
-/// parallel region by one thread.
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, XForm f, int64_t m, int64_t rb, float* xp, float* xs);
+/// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in layout `l`. Called by every member of
+/// a team (ThreadTeam), each doing its static share (no barrier at the end: the caller's), or by one
+/// thread as a team of one.
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp, float* xs,
+              const TeamMember& me);
 
-/// Computes tiles [t0, t1) of y for all m rows. One function per ISA (each in its own file,
-/// compiled with that ISA's flags).
+/// Computes tiles [t0, t1) of y for all m rows, segments [a.seg0, a.seg1). One function per ISA
+/// (each in its own file, compiled with that ISA's flags).
 using FusedKernel = void (*)(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1);
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
@@ -74,29 +97,16 @@ void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
 /// FusedArgs::rb = kGemmRows).
 constexpr int kGemmRows = 6;
 void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
+/// The AMX-BF16 form (kernel_amx.cpp): x in the tile layout, rb = min(16, m); the calling thread
+/// must have AMX permission (amx_unavailable() returned nullptr).
+void gemm_amx(const FusedArgs& a, int64_t t0, int64_t t1);
 
-/// Bytes per second that `threads` threads read from a fresh buffer of `bytes` (best of 5), with
-/// the widest loads this CPU has.
+/// Bytes per second that `threads` members of the plugin's team read from a fresh buffer of
+/// `bytes` (best of 5), each its own range, first touched by the member that reads it, with the
+/// widest loads this CPU has.
 double read_bandwidth(size_t bytes, int threads);
 /// Reads `bytes` (a multiple of 256, 64-byte aligned) and returns a checksum so the loads stay.
 uint64_t read_stream_avx512(const void* p, size_t bytes);
 uint64_t read_stream_avx2(const void* p, size_t bytes);
-
-struct IsaChoice {
-  FusedKernel fn;
-  const char* name;  ///< "avx512bf16", "avx512", "avx2", "portable"
-  int64_t rows;      ///< rows per block of x (FusedArgs::rb)
-  CodeOrder order = CodeOrder::kRows;  ///< the order of codes it reads
-  XForm xform = XForm::kF32;           ///< the form of x it reads
-  FusedKernel gemm = nullptr;          ///< a GEMM form for m >= gemm_min_m (same order and form)
-  int64_t gemm_rows = 0;               ///< its rows per block of x
-  int64_t gemm_min_m = 0;
-};
-/// The best kernel this CPU runs for activations of `act_dtype` (NIBBLE_CPU_ISA=avx512bf16|
-/// avx512|avx2|portable forces one, for tests, where this CPU and the activations allow it).
-/// avx512bf16 takes bf16 and fp16 activations; f32 activations (exact products) the others.
-IsaChoice best_fused_kernel(int32_t act_dtype);
-/// A named kernel if this CPU can run it for `act_dtype`, else {nullptr, reason}.
-IsaChoice fused_kernel_named(const char* name, int32_t act_dtype);
 
 }  // namespace nibble::cpu

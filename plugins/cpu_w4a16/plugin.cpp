@@ -1,7 +1,6 @@
 // cpu_w4a16: the CPU backend plugin. This file is the ABI glue: capabilities, probe,
 // can_implement, process_weights, apply, host "device" memory and the oneDNN dense baseline.
 #include <cpuid.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,18 +8,24 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "cpu_weights.h"
 #include "dense_onednn.h"
+#include "kernel_choice.h"
 #include "kernel_onednn.h"
 #include "kernels.h"
+#include "thread_team.h"
+#include "work_split.h"
 #include "nibble/dtype.h"
 #include "nibble/plugin_abi.h"
 #include "nibble_planes.h"
+#include "numa_placement.h"
 #include "plugin_support.h"
 
 namespace nibble::cpu {
@@ -51,11 +56,13 @@ nibble_capabilities make_caps() {
 
 const nibble_capabilities kCaps = make_caps();
 
-// The crossover between the fused kernel and the oneDNN path, measured (docs/benchmarks.md). With
+// The crossover between the fused kernels and the oneDNN path, measured (docs/benchmarks.md). With
 // the bf16 brgemm on AMX tiles (bf16 activations; a Sapphire Rapids host, 2 threads) oneDNN won
-// from M = 256 on the large layers and from 1024 on all. Without AMX (AVX-512 BF16 only: a Zen 5,
-// 2 threads) the fused avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32
-// brgemm lost to the fused kernel at every M measured: there oneDNN is never chosen by default.
+// over the avx512bf16 GEMM form from M = 256 on the large layers and from 1024 on all. Without AMX
+// (AVX-512 BF16 only: a Zen 5, 2 threads) the fused avx512bf16 kernel ran 1.4-1.6x the oneDNN path
+// at M = 256, and the f32 brgemm lost to the fused kernel at every M measured: there oneDNN is
+// never chosen by default. Where the plan has the AMX form, it multiplies on the same tiles as
+// oneDNN without dequantizing the weights to memory first, so oneDNN is not chosen either.
 constexpr int64_t kBf16OnednnMinM = 256;
 
 // AMX-BF16: CPUID leaf 7, sub-leaf 0, EDX bit 22.
@@ -67,7 +74,9 @@ bool cpu_has_amx_bf16() {
 struct Prepared {
   nibble_linear_spec spec;
   CpuWeights w;
-  IsaChoice kernel;
+  const KernelPlan* plan = nullptr;
+  int64_t tile_steps = 0;  // the AMX form's K steps per segment (amx_tile_steps), if the plan has it
+  std::vector<int64_t> node_tiles;  // NUMA: each node's tiles (numa_placement.h); empty on one node
   std::unique_ptr<OnednnPath> onednn;
 };
 
@@ -75,7 +84,7 @@ struct Prepared {
 // forces one path (for tests), the option "onednn_min_m" moves the crossover.
 std::atomic<int64_t> g_onednn_min_m{-1};
 
-int64_t onednn_min_m(const OnednnPath& path) {
+int64_t onednn_min_m(const Prepared& p) {
   const int64_t v = g_onednn_min_m.load(std::memory_order_relaxed);
   if (v >= 0) return v;
   if (const char* env = std::getenv("NIBBLE_CPU_PATH")) {
@@ -83,7 +92,7 @@ int64_t onednn_min_m(const OnednnPath& path) {
     if (std::strcmp(env, "fused") == 0) return INT64_MAX;
   }
   static const bool amx = cpu_has_amx_bf16();
-  return path.bf16() && amx ? kBf16OnednnMinM : INT64_MAX;
+  return p.onednn->bf16() && amx && !p.plan->uses_tiles() ? kBf16OnednnMinM : INT64_MAX;
 }
 
 // The environment's knobs (kernels.h, onednn_min_m above, num_threads): one that is set but not
@@ -106,19 +115,37 @@ std::string env_knob_error() {
     if (why.empty() && v && *v && !ok) why = std::string(name) + "='" + v + "': expected " + expected;
   };
   const auto env = [](const char* name) { const char* v = std::getenv(name); return v ? v : ""; };
-  check("NIBBLE_CPU_ISA", one_of(env("NIBBLE_CPU_ISA"), {"avx512bf16", "avx512", "avx2", "portable"}),
-        "avx512bf16, avx512, avx2 or portable");
+  check("NIBBLE_CPU_ISA", one_of(env("NIBBLE_CPU_ISA"), {"amx", "avx512bf16", "avx512", "avx2", "portable"}),
+        "amx, avx512bf16, avx512, avx2 or portable");
   check("NIBBLE_CPU_PATH", one_of(env("NIBBLE_CPU_PATH"), {"fused", "onednn"}), "fused or onednn");
   check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
+  check("NIBBLE_CPU_SPLIT_K", one_of(env("NIBBLE_CPU_SPLIT_K"), {"0", "1"}), "0 (never split K) or 1 (where tiles are few)");
   check("NIBBLE_NUM_THREADS", at_least(env("NIBBLE_NUM_THREADS"), 0), "an integer >= 0 (0: the OpenMP default)");
   return why;
+}
+
+// The ISA families of a plan's forms ("avx512bf16+amx"), from their names ("fused-avx512bf16").
+std::string families(const KernelPlan& plan) {
+  std::string out;
+  for (const auto& [from, f] : plan.forms) {
+    const char* dash = std::strchr(f->name, '-');
+    const std::string isa = dash ? dash + 1 : f->name;
+    if (("+" + out + "+").find("+" + isa + "+") == std::string::npos) out += (out.empty() ? "" : "+") + isa;
+  }
+  return out;
 }
 
 int32_t probe(char* msg, size_t cap) {
   const std::string why = env_knob_error();
   if (!why.empty()) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", why.c_str());
-  return fail(NIBBLE_OK, msg, cap, "%d threads, %s kernels (%s for f32 activations)", num_threads(),
-              best_fused_kernel(NIBBLE_DTYPE_BF16).name, best_fused_kernel(NIBBLE_DTYPE_F32).name);
+  const KernelPlan& bf16 = kernel_plan(NIBBLE_DTYPE_BF16);
+  const KernelPlan& f32 = kernel_plan(NIBBLE_DTYPE_F32);
+  const char* amx = amx_unavailable();
+  const size_t nodes = process_numa_nodes().size();
+  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; calibration: %s",
+              num_threads(), nodes > 1 ? (", workers spread over " + std::to_string(nodes) + " NUMA nodes").c_str() : "",
+              families(bf16).c_str(), bf16.summary.c_str(), families(f32).c_str(), f32.summary.c_str(),
+              amx ? amx : "available", calibration_report().empty() ? "none" : calibration_report().c_str());
 }
 
 int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
@@ -139,13 +166,18 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec = *s;
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
-      p->kernel = best_fused_kernel(s->act_dtype);
+      p->plan = &kernel_plan(s->act_dtype);
       if (plugin::needs_nibble_planes(*s)) {
         const plugin::NibblePlanes planes = plugin::make_nibble_planes(*s, *w);
-        p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->kernel.order);
+        p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->plan->order);
         read_x_through(p->w, planes.x_rows, planes.real_k);
       } else {
-        p->w = prepare_cpu_weights(*s, *w, p->kernel.order);
+        p->w = prepare_cpu_weights(*s, *w, p->plan->order);
+      }
+      if (p->plan->uses_tiles()) p->tile_steps = amx_tile_steps(p->w);
+      if (const auto& nodes = process_numa_nodes(); nodes.size() > 1) {
+        p->node_tiles = node_tiles(p->w.tiles, members_per_node(num_threads()), 8);
+        place_codes(p->w, p->node_tiles, nodes);  // where it fails, only the speed suffers
       }
       p->onednn = std::make_unique<OnednnPath>(p->w, s->act_dtype == NIBBLE_DTYPE_BF16);
     } catch (const std::invalid_argument& e) {
@@ -192,6 +224,63 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
+// The first exception a member of a job threw. A member that throws before a barrier would leave
+// the others waiting there for ever: the job catches, lets its members pass the barriers without
+// work, and apply rethrows once the team is done.
+struct JobError {
+  std::mutex mu;
+  std::exception_ptr first;
+  std::atomic<bool> failed{false};
+  template <class F>
+  void guard(F&& f) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first) first = std::current_exception();
+      failed.store(true, std::memory_order_relaxed);
+    }
+  }
+  void rethrow() {
+    if (first) std::rethrow_exception(first);
+  }
+};
+
+bool split_k_allowed() {
+  const char* env = std::getenv("NIBBLE_CPU_SPLIT_K");
+  return !env || std::strcmp(env, "0") != 0;
+}
+
+// The oneDNN path: the team gathers x as f32 rows, oneDNN (its own OpenMP threads) multiplies,
+// the team stores y.
+void apply_onednn(const Prepared& p, const void* x, int64_t m, void* y_out) {
+  const CpuWeights& w = p.w;
+  Scratch& sc = t_scratch;
+  ThreadTeam& team = ThreadTeam::process();
+  const XLayout l{XForm::kF32, 1, 0};  // rb = 1: xp is plain row-major [m][rows]
+  const int64_t ldy = p.onednn->y_stride();
+  sc.xp.resize(size_t(x_buffer_words(w, l, m)));
+  sc.xs.resize(size_t(m * w.segments() * 2));
+  sc.y.resize(size_t(m * ldy));
+  const int members = int(std::min<int64_t>(num_threads(), std::max<int64_t>(m, w.tiles)));
+  JobError err;
+  auto gather = [&](const TeamMember& me) {
+    err.guard([&] { gather_x(w, x, p.spec.act_dtype, l, m, sc.xp.data(), sc.xs.data(), me); });
+  };
+  team.run(members, gather);
+  err.rethrow();
+  p.onednn->run(sc.xp.data(), m, sc.y.data());
+  auto store = [&](const TeamMember& me) {
+    err.guard([&] {
+      store_y(w, sc.y.data(), ldy, DType(p.spec.act_dtype), m, y_out, std::min(w.n, me.share_begin(w.tiles) * kTileN),
+              std::min(w.n, me.share_end(w.tiles) * kTileN));
+    });
+  };
+  team.run(members, store);
+  err.rethrow();
+}
+
 int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
   return guarded(msg, cap, [&]() -> int32_t {
     if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
@@ -200,67 +289,67 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, w.k, -1, msg, cap)) return st;
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
-    Scratch& sc = t_scratch;
-    const bool large = m >= onednn_min_m(*p.onednn);
-    const bool gemm = !large && p.kernel.gemm && m >= p.kernel.gemm_min_m;
-    // Rows per block of x: the kernel's register blocking, or m if smaller (no padded rows in x).
-    const int64_t rb = large ? 1 : gemm ? p.kernel.gemm_rows : std::min(p.kernel.rows, m), blocks = (m + rb - 1) / rb;
-    const int64_t ldy = large ? p.onednn->y_stride() : fused_y_stride(w);
-    sc.xp.resize(size_t(blocks * w.lines * rb * 8));
-    sc.xs.resize(size_t(blocks * w.segments() * 2 * rb));
-    sc.y.resize(size_t(m * ldy));
-    // The oneDNN path reads x as f32 rows.
-    const XForm xform = large ? XForm::kF32 : p.kernel.xform;
-    const DType dt = DType(p.spec.act_dtype);
-    const int threads = int(std::min<int64_t>(num_threads(), w.tiles));
-    if (large) {
-#pragma omp parallel num_threads(threads)
-      gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
-      p.onednn->run(sc.xp.data(), m, sc.y.data());  // rb = 1: xp is plain row-major [m][rows]
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int64_t c0 = 0; c0 < w.n; c0 += 1024) store_y(w, sc.y.data(), ldy, dt, m, y->data, c0, std::min(w.n, c0 + 1024));
+    if (m >= onednn_min_m(p)) {
+      apply_onednn(p, x->data, m, y->data);
       return NIBBLE_OK;
     }
-    const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32, xform};
-    const FusedKernel kernel = gemm ? p.kernel.gemm : p.kernel.fn;
-    // Work in ranges of tiles, each given to the kernel whole: one stream through memory that
-    // its prefetch follows from tile to tile. The one-tile form (bandwidth-bound) has each thread
-    // first take its fixed share of 15/16 of the tiles, one long range; the rest, and all of the
-    // GEMM form's (compute-bound, its weights reused from L2), is handed out as the threads ask,
-    // guided (about half of what is left per thread, in whole chunks), so that a thread the OS
-    // delays or slows holds up the call by at most that much. Every new range is a new stream that
-    // the prefetchers have to pick up, and in the machine's high bandwidth state that costs: M = 1
-    // on 4096x4096 read at 79-83% of the bandwidth when all of it was handed out guided (7-8
-    // ranges per thread), at 83.6-87.5% (median ~86%) with the fixed shares (docs/benchmarks.md).
-    // An OpenMP loop over the chunks, before that, called the kernel once per chunk of 4-8 tiles.
-    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(threads) * 32));
-    if (gemm) chunk = (chunk + 31) / 32 * 32;  // whole blocks of the GEMM form's weights
-    // The fixed shares are claimed in turn, so that a team smaller than asked for (a host's own
-    // parallel region around this call, OMP_THREAD_LIMIT) still computes all of them.
-    const int64_t share = gemm ? 0 : w.tiles * 15 / 16 / threads / chunk * chunk;
-    std::atomic<int64_t> next_share{0}, next{share * threads};
-    // The next range [t0, t1) of the rest for the calling thread; false once every tile is taken.
-    const auto take = [&](int64_t& t0, int64_t& t1) {
-      t0 = next.load(std::memory_order_relaxed);
-      do {
-        const int64_t chunks_left = (w.tiles - t0 + chunk - 1) / chunk;
-        if (chunks_left <= 0) return false;
-        t1 = std::min(w.tiles, t0 + std::max<int64_t>(1, chunks_left / (2 * threads)) * chunk);
-      } while (!next.compare_exchange_weak(t0, t1, std::memory_order_relaxed));
-      return true;
+    Scratch& sc = t_scratch;
+    ThreadTeam& team = ThreadTeam::process();
+    const KernelForm& form = p.plan->at(m);
+    const XLayout l = form.layout(p.spec.act_dtype, m, p.tile_steps);
+    const int64_t ldy = fused_y_stride(w), blocks = (m + l.rb - 1) / l.rb;
+    const int want = num_threads();
+    // K slices where the tiles are too few for the team (partial sums, added up in slice order).
+    const int64_t slices = split_k_allowed() ? k_slices(w, form.quantum, form.min_quanta, want) : 1;
+    const std::vector<int64_t> bounds = slices > 1 ? slice_bounds(w, slices) : std::vector<int64_t>{0, w.segments()};
+    const int64_t nslices = int64_t(bounds.size()) - 1;
+    const int members = int(std::min<int64_t>(want, w.tiles * nslices));
+    sc.xp.resize(size_t(x_buffer_words(w, l, m)));
+    sc.xs.resize(size_t(blocks * w.segments() * 2 * l.rb));
+    sc.y.resize(size_t(nslices * m * ldy));
+    const DType dt = DType(p.spec.act_dtype);
+    const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, l.rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32,
+                         l.form, 0, w.segments(), l.tile_steps};
+    // Ranges: the one-tile form (bandwidth-bound) takes fixed shares of single tiles first, then
+    // small guided chunks; the GEMM forms (compute-bound, weights reused from cache) whole
+    // column blocks, of their preferred width where the team has enough of them.
+    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(members) * 32));
+    if (form.compute_bound)
+      chunk = std::clamp<int64_t>(w.tiles / (int64_t(members) * 2) / form.quantum * form.quantum, form.quantum, form.chunk);
+    WorkQueue queue({w.tiles, nslices, chunk, !form.compute_bound, p.node_tiles}, members_per_node(members));
+    JobError err;
+    // One job per call: the team gathers x, then each member computes ranges of tiles and, in one
+    // K slice, stores their columns of y; split in K, the members add the slices up after a
+    // second barrier, each its share of the columns, and store them.
+    auto job = [&](const TeamMember& me) {
+      err.guard([&] { gather_x(w, x->data, p.spec.act_dtype, l, m, sc.xp.data(), sc.xs.data(), me); });
+      me.barrier();
+      err.guard([&] {
+        const int node = team.node_of(me.index());
+        for (WorkRange r; !err.failed.load(std::memory_order_relaxed) && queue.next(node, r);) {
+          FusedArgs a = args;
+          a.y = sc.y.data() + r.slice * m * ldy;
+          a.seg0 = bounds[size_t(r.slice)];
+          a.seg1 = bounds[size_t(r.slice) + 1];
+          form.fn(a, r.t0, r.t1);
+          if (nslices == 1) store_y(w, a.y, ldy, dt, m, y->data, r.t0 * kTileN, std::min(w.n, r.t1 * kTileN));
+        }
+      });
+      if (nslices == 1) return;
+      me.barrier();
+      err.guard([&] {
+        const int64_t c0 = std::min(w.n, me.share_begin(w.tiles) * kTileN), c1 = std::min(w.n, me.share_end(w.tiles) * kTileN);
+        float* y0 = sc.y.data();
+        for (int64_t s = 1; s < nslices; ++s)
+          for (int64_t r = 0; r < m; ++r) {
+            const float* ys = sc.y.data() + (s * m + r) * ldy;
+            for (int64_t c = c0; c < c1; ++c) y0[r * ldy + c] += ys[c];
+          }
+        store_y(w, y0, ldy, dt, m, y->data, c0, c1);
+      });
     };
-    // One parallel region per call: the team gathers x, then each thread computes its ranges of
-    // tiles and stores their columns of y.
-#pragma omp parallel num_threads(threads)
-    {
-      gather_x(w, x->data, p.spec.act_dtype, xform, m, rb, sc.xp.data(), sc.xs.data());
-      const auto run = [&](int64_t t0, int64_t t1) {
-        kernel(args, t0, t1);
-        store_y(w, sc.y.data(), ldy, dt, m, y->data, t0 * kTileN, std::min(w.n, t1 * kTileN));
-      };
-      for (int64_t i; share > 0 && (i = next_share.fetch_add(1, std::memory_order_relaxed)) < threads;) run(i * share, (i + 1) * share);
-      for (int64_t t0, t1; take(t0, t1);) run(t0, t1);
-    }
+    team.run(members, job);
+    err.rethrow();
     return NIBBLE_OK;
   });
 }
@@ -340,9 +429,8 @@ void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
 int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
-  if (m >= onednn_min_m(*p.onednn)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
-  if (p.kernel.gemm && m >= p.kernel.gemm_min_m) return fail(NIBBLE_OK, msg, cap, "gemm-%s", p.kernel.name);
-  return fail(NIBBLE_OK, msg, cap, "fused-%s", p.kernel.name);
+  if (m >= onednn_min_m(p)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
+  return fail(NIBBLE_OK, msg, cap, "%s", p.plan->at(m).name);
 }
 
 // Read bandwidth: every thread streams its share of a buffer with 512-bit (or 256-bit) loads.

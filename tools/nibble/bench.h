@@ -22,6 +22,7 @@ struct BenchOptions {
   double budget_s = 0.5;    ///< adaptive timing budget per point
   std::string json_path, svg_path;
   bool no_dense = false;
+  std::string threads;      ///< --threads 16,2: each thread count in turn (the backend's num_threads option)
   std::string command_line; ///< recorded with the results
 };
 
@@ -31,6 +32,7 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& b);
 struct BenchPoint {
   std::string backend, shape, kernel;
   int64_t k = 0, n = 0, m = 0;
+  int threads = 0;  ///< --threads value it ran with, 0: the backend's default
   double time_us = 0, roofline_us = 0, dense_us = 0;  ///< dense_us = 0: no baseline
   double gbps = 0, gflops = 0;
   bool checked = false, check_ok = false;

@@ -2,14 +2,21 @@
 // and ratio to the plugin's dense baseline, all measured in one run; every kernel is checked
 // against the reference first.
 #include <fmt/format.h>
+#include <sched.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "bench.h"
 #include "nibble/quantize.h"
@@ -86,6 +93,70 @@ std::vector<int64_t> parse_ms(const std::string& spec) {
   return out;
 }
 
+std::vector<int> parse_threads(const std::string& spec) {
+  std::vector<int> out;
+  for (const std::string& item : split_commas(spec)) {
+    const int64_t t = parse_int(item, "--threads");
+    if (t < 1 || t > 4096) throw Error(Errc::invalid_argument, fmt::format("--threads: expected values 1..4096, found {}", t));
+    out.push_back(int(t));
+  }
+  return out;
+}
+
+// The first line of `path`, or "".
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// What a reader needs to compare CPU results between machines: the model, the CPUs this process
+// may use, the instruction sets the kernels choose from, the last-level cache and NUMA nodes.
+json host_cpu() {
+  std::string model, flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && model.empty()) model = value;
+    if (key == "flags" && flags.empty()) flags = value;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  if (model.empty()) {  // the brand string, CPUID leaves 0x80000002-4
+    unsigned r[12] = {};
+    if (__get_cpuid(0x80000002, &r[0], &r[1], &r[2], &r[3]) && __get_cpuid(0x80000003, &r[4], &r[5], &r[6], &r[7]) &&
+        __get_cpuid(0x80000004, &r[8], &r[9], &r[10], &r[11]))
+      model.assign(reinterpret_cast<const char*>(r), sizeof r);
+    model = model.substr(0, model.find('\0'));
+  }
+#endif
+  json isa = json::array();
+  std::istringstream fl(" " + flags + " ");
+  const std::vector<std::string> wanted = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16",
+                                           "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"};
+  for (std::string f; fl >> f;)
+    if (std::find(wanted.begin(), wanted.end(), f) != wanted.end()) isa.push_back(f);
+  cpu_set_t set;
+  int allowed = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = CPU_COUNT(&set);
+  int nodes = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/devices/system/node", ec))
+    if (e.path().filename().string().rfind("node", 0) == 0 && std::isdigit(uint8_t(e.path().filename().string().back()))) ++nodes;
+  std::string llc;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+    if (first_line(dir + "level").empty()) break;
+    if (first_line(dir + "type") != "Instruction") llc = fmt::format("L{} {}", first_line(dir + "level"), first_line(dir + "size"));
+  }
+  return {{"cpu_model", model}, {"cpus_online", sysconf(_SC_NPROCESSORS_ONLN)}, {"cpus_allowed", allowed}, {"isa", isa},
+          {"last_level_cache", llc.empty() ? json(nullptr) : json(llc)}, {"numa_nodes", nodes}};
+}
+
 // A shape's points are timed again when the bandwidth readings just before and just after them
 // differ by more than this factor (the machine changed state in between), at most this often.
 constexpr double kBandwidthDrift = 1.15;
@@ -127,6 +198,7 @@ double measure_bandwidth(Backend& b) {
     if (auto bps = b.measure_bandwidth(bytes); bps && *bps > 0) return *bps;
   } catch (const Error&) {  // the plugin's own measurement failed: the copy below still measures
   }
+
   // Fallback: a device-to-device copy, counting bytes read and written.
   DeviceBuffer a = b.alloc(bytes), c = b.alloc(bytes);
   b.copy(c.get(), a.get(), bytes, NIBBLE_COPY_DEVICE_TO_DEVICE);
@@ -213,54 +285,75 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
   }
 
   std::vector<BenchPoint> points;
-  json out = {{"command", opt.command_line}, {"nibble", version()}, {"group_size", opt.group}, {"bits", opt.bits},
-              {"weight_type", weight_type_name(weight_type)}, {"backends", json::array()},
-              {"results", json::array()}};
-  std::size_t total_points = backends.size() * shapes.size() * ms.size(), done = 0;
+  const std::vector<int> thread_counts = opt.threads.empty() ? std::vector<int>{0} : parse_threads(opt.threads);
+  json out = {{"command", opt.command_line}, {"nibble", version()}, {"host", host_cpu()}, {"group_size", opt.group},
+              {"bits", opt.bits}, {"weight_type", weight_type_name(weight_type)},
+              {"backends", json::array()}, {"results", json::array()}};
+  std::size_t total_points = backends.size() * shapes.size() * ms.size() * thread_counts.size(), done = 0;
   const auto start_time = std::chrono::steady_clock::now();
 
   for (const auto& bp : backends) {
     Backend& b = *bp;
     const bool cpu = b.platform() == "cpu";
     DType dtype = opt.dtype.empty() ? (cpu ? DType::bf16 : DType::f16) : *parse_act_dtype(opt.dtype);
-    // Ceilings, measured now, on this machine: bandwidth and the dense 16-bit matmul rate.
-    const double bw_start = measure_bandwidth(b);
-    // F: the fastest dense matmul the plugin's vendor library runs here, in the activation dtype
-    // or, where that is slower (bf16 without bf16 units), in f32.
-    double peak = 0;
-    std::string peak_note = "no dense baseline";
-    if (!opt.no_dense) {
-      const int64_t sq = cpu ? 4096 : 8192;
-      std::vector<DType> kinds = {dtype};
-      if (dtype != DType::f32 && cpu) kinds.push_back(DType::f32);
-      for (DType pd : kinds) {
-        LinearSpec s;
-        s.name = "peak"; s.k = sq; s.n = sq; s.act_dtype = pd; s.scale_dtype = pd == DType::f32 ? DType::f16 : pd;
-        Tensor wkn = Tensor::zeros(pd, {sq, sq});
-        std::string why;
-        auto d = make_dense(b, s, wkn, why);
-        if (!d) {
-          if (peak == 0) peak_note = why;
-          continue;
-        }
-        DeviceBuffer dx = b.alloc(std::size_t(sq * sq) * dtype_size(pd)), dy = b.alloc(std::size_t(sq * sq) * dtype_size(pd));
-        const double us = measure(b, [&](int) { d->apply_device(dx.get(), dy.get(), sq); }, 1, cpu ? 5 : 20, 1.0, true);
-        const double f = 2.0 * double(sq) * double(sq) * double(sq) / (us * 1e-6);
-        if (f > peak) {
-          peak = f;
-          peak_note = fmt::format("dense {} matmul {}^3", dtype_name(pd), sq);
+    // The thread counts of --threads, in turn, through the backend's num_threads option (0: leave
+    // the backend's default). Its value in the JSON: what was set, else NIBBLE_NUM_THREADS, else
+    // null (the backend's default; a CPU plugin's probe message, "device", says how many).
+    const auto use_threads = [&](int t) {
+      if (t > 0) b.set_option("num_threads", std::to_string(t));
+    };
+    const auto threads_json = [&](int t) -> json {
+      if (t > 0) return t;
+      const char* env = std::getenv("NIBBLE_NUM_THREADS");
+      return env && std::atoi(env) > 0 ? json(std::atoi(env)) : json(nullptr);
+    };
+    if (thread_counts.front() > 0 && !b.has_option_support())
+      throw Error(Errc::unsupported, fmt::format("--threads: backend {} takes no options", b.name()));
+    std::vector<double> peaks;
+    for (int threads : thread_counts) {
+      use_threads(threads);
+      // Ceilings, measured now, on this machine: bandwidth and the dense 16-bit matmul rate.
+      const double bw_start = measure_bandwidth(b);
+      // F: the fastest dense matmul the plugin's vendor library runs here, in the activation dtype
+      // or, where that is slower (bf16 without bf16 units), in f32.
+      double peak = 0;
+      std::string peak_note = "no dense baseline";
+      if (!opt.no_dense) {
+        const int64_t sq = cpu ? 4096 : 8192;
+        std::vector<DType> kinds = {dtype};
+        if (dtype != DType::f32 && cpu) kinds.push_back(DType::f32);
+        for (DType pd : kinds) {
+          LinearSpec s;
+          s.name = "peak"; s.k = sq; s.n = sq; s.act_dtype = pd; s.scale_dtype = pd == DType::f32 ? DType::f16 : pd;
+          Tensor wkn = Tensor::zeros(pd, {sq, sq});
+          std::string why;
+          auto d = make_dense(b, s, wkn, why);
+          if (!d) {
+            if (peak == 0) peak_note = why;
+            continue;
+          }
+          DeviceBuffer dx = b.alloc(std::size_t(sq * sq) * dtype_size(pd)), dy = b.alloc(std::size_t(sq * sq) * dtype_size(pd));
+          const double us = measure(b, [&](int) { d->apply_device(dx.get(), dy.get(), sq); }, 1, cpu ? 5 : 20, 1.0, true);
+          const double f = 2.0 * double(sq) * double(sq) * double(sq) / (us * 1e-6);
+          if (f > peak) {
+            peak = f;
+            peak_note = fmt::format("dense {} matmul {}^3", dtype_name(pd), sq);
+          }
         }
       }
+      peaks.push_back(peak);
+      const std::string with = threads > 0 ? fmt::format(", {} threads", threads) : "";
+      if (!o.json)
+        fmt::print("backend {} ({}{}): bandwidth {:.1f} GB/s, peak {:.1f} GFLOP/s ({}), {} activations, G={}\n", b.name(),
+                   b.probe().message, with, bw_start * 1e-9, peak * 1e-9, peak_note, dtype_name(dtype), opt.group);
+      out["backends"].push_back({{"name", b.name()}, {"version", b.version()}, {"device", b.probe().message},
+                                 {"threads", threads_json(threads)}, {"bandwidth_gbps", bw_start * 1e-9},
+                                 {"peak_gflops", peak * 1e-9}, {"peak_from", peak_note},
+                                 {"dtype", std::string(dtype_name(dtype))}});
     }
     if (!o.json)
-      fmt::print("backend {} ({}): bandwidth {:.1f} GB/s, peak {:.1f} GFLOP/s ({}), {} activations, G={}\n", b.name(),
-                 b.probe().message, bw_start * 1e-9, peak * 1e-9, peak_note, dtype_name(dtype), opt.group);
-    out["backends"].push_back({{"name", b.name()}, {"version", b.version()}, {"device", b.probe().message},
-                               {"bandwidth_gbps", bw_start * 1e-9}, {"peak_gflops", peak * 1e-9}, {"peak_from", peak_note},
-                               {"dtype", std::string(dtype_name(dtype))}});
-    if (!o.json)
-      fmt::print("{:<12} {:>5}  {:<18} {:>10} {:>8} {:>9} {:>9} {:>7} {:>10} {:>8}  {}\n", "shape", "M", "kernel", "time us",
-                 "GB/s", "GFLOP/s", "t_min us", "%roof", "dense us", "x dense", "check");
+      fmt::print("{:<12} {:>5} {:>3}  {:<18} {:>10} {:>8} {:>9} {:>9} {:>7} {:>10} {:>8}  {}\n", "shape", "M", "thr", "kernel",
+                 "time us", "GB/s", "GFLOP/s", "t_min us", "%roof", "dense us", "x dense", "check");
 
     for (const auto& sh : shapes) {
       LinearSpec spec;
@@ -288,94 +381,111 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
           if (!dense.back()) { dense.clear(); break; }
         }
       }
-      // The bandwidth ceiling of this shape's points: the larger of two measurements, just before
-      // and just after them (machines shared with other tenants move it by tens of percent within
-      // a run; the larger reading never flatters the kernel). Where the two differ by more than
-      // kBandwidthDrift the machine changed state while the points ran: they are timed again, up
-      // to kBandwidthRetries times, and the last attempt is kept.
-      double bw_before = 0, bw_after = 0;
-      std::vector<BenchPoint> shape_points;
-      std::vector<Comparison> checks;
-      int retries = 0;
-      for (;; ++retries) {
-        bw_before = measure_bandwidth(b);
-        shape_points.clear();
-        checks.clear();
-        for (int64_t m : ms) {
-          Tensor x = random_activations(m, sh.k, dtype, 7 + uint64_t(m));
-          DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m * sh.n) * dtype_size(dtype));
-          dx.upload(x.data(), x.nbytes());
-          // Correct first: the kernel this M selects is checked before it is timed.
-          prepared[0]->apply_device(dx.get(), dy.get(), m);
-          b.sync();
-          Tensor y = Tensor::zeros(dtype, {m, sh.n});
-          dy.download(y.mutable_data(), y.nbytes());
-          const Comparison c = check_sample(w, x, y);
-          BenchPoint p;
-          p.backend = b.name(); p.shape = sh.name; p.k = sh.k; p.n = sh.n; p.m = m;
-          p.kernel = prepared[0]->kernel_name(m);
-          p.checked = true; p.check_ok = c.ok; p.check_err_over_tol = c.max_rel_to_tol;
-          p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
-                              copies, opt.iters, opt.budget_s);
-          if (!dense.empty())
-            p.dense_us = measure(b, [&](int i) { dense[std::size_t(i) % dense.size()]->apply_device(dx.get(), dy.get(), m); },
-                                 int(dense.size()), opt.iters, opt.budget_s);
-          shape_points.push_back(p);
-          checks.push_back(c);
-          ++done;
-          if (tty) {
-            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
-            fmt::print(stderr, "\r\033[K[{}/{}] {:.0f} s  {} {} M={}", done, total_points, el, b.name(), sh.name, m);
+      for (std::size_t ti = 0; ti < thread_counts.size(); ++ti) {
+        const int threads = thread_counts[ti];
+        const double peak = peaks[ti];
+        use_threads(threads);
+        // The bandwidth ceiling of this shape's points: the larger of two measurements, just before
+        // and just after them (machines shared with other tenants move it by tens of percent within
+        // a run; the larger reading never flatters the kernel). Where the two differ by more than
+        // kBandwidthDrift the machine changed state while the points ran: they are timed again, up
+        // to kBandwidthRetries times, and the last attempt is kept.
+        double bw_before = 0, bw_after = 0;
+        std::vector<BenchPoint> shape_points;
+        std::vector<Comparison> checks;
+        int retries = 0;
+        for (;; ++retries) {
+          bw_before = measure_bandwidth(b);
+          shape_points.clear();
+          checks.clear();
+          for (int64_t m : ms) {
+            Tensor x = random_activations(m, sh.k, dtype, 7 + uint64_t(m));
+            DeviceBuffer dx = b.alloc(x.nbytes()), dy = b.alloc(std::size_t(m * sh.n) * dtype_size(dtype));
+            dx.upload(x.data(), x.nbytes());
+            // Correct first: the kernel this M selects is checked before it is timed.
+            prepared[0]->apply_device(dx.get(), dy.get(), m);
+            b.sync();
+            Tensor y = Tensor::zeros(dtype, {m, sh.n});
+            dy.download(y.mutable_data(), y.nbytes());
+            const Comparison c = check_sample(w, x, y);
+            BenchPoint p;
+            p.backend = b.name(); p.shape = sh.name; p.k = sh.k; p.n = sh.n; p.m = m; p.threads = threads;
+            p.kernel = prepared[0]->kernel_name(m);
+            p.checked = true; p.check_ok = c.ok; p.check_err_over_tol = c.max_rel_to_tol;
+            p.time_us = measure(b, [&](int i) { prepared[std::size_t(i) % prepared.size()]->apply_device(dx.get(), dy.get(), m); },
+                                copies, opt.iters, opt.budget_s);
+            if (!dense.empty())
+              p.dense_us = measure(b, [&](int i) { dense[std::size_t(i) % dense.size()]->apply_device(dx.get(), dy.get(), m); },
+                                   int(dense.size()), opt.iters, opt.budget_s);
+            shape_points.push_back(p);
+            checks.push_back(c);
+            ++done;
+            if (tty) {
+              const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+              fmt::print(stderr, "\r\033[K[{}/{}] {:.0f} s  {} {} M={}", done, total_points, el, b.name(), sh.name, m);
+            }
           }
+          bw_after = measure_bandwidth(b);
+          if (tty) fmt::print(stderr, "\r\033[K");
+          const bool drifted = std::max(bw_before, bw_after) > kBandwidthDrift * std::min(bw_before, bw_after);
+          if (!drifted || retries == kBandwidthRetries) break;
+          if (!o.json)
+            fmt::print("  {}: bandwidth {:.1f} GB/s before its points, {:.1f} after: timing them again\n", sh.name,
+                       bw_before * 1e-9, bw_after * 1e-9);
+          done -= shape_points.size();
         }
-        bw_after = measure_bandwidth(b);
-        if (tty) fmt::print(stderr, "\r\033[K");
-        const bool drifted = std::max(bw_before, bw_after) > kBandwidthDrift * std::min(bw_before, bw_after);
-        if (!drifted || retries == kBandwidthRetries) break;
+        const double bw = std::max(bw_before, bw_after);
         if (!o.json)
-          fmt::print("  {}: bandwidth {:.1f} GB/s before its points, {:.1f} after: timing them again\n", sh.name,
-                     bw_before * 1e-9, bw_after * 1e-9);
-        done -= shape_points.size();
-      }
-      const double bw = std::max(bw_before, bw_after);
-      if (!o.json)
-        fmt::print("  {}: bandwidth {:.1f} GB/s before its points, {:.1f} after\n", sh.name, bw_before * 1e-9, bw_after * 1e-9);
-      for (std::size_t i = 0; i < shape_points.size(); ++i) {
-        BenchPoint& p = shape_points[i];
-        const Comparison& c = checks[i];
-        const int64_t m = p.m;
-        const double bytes = layer_bytes(spec, m), flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
-        p.roofline_us = std::max(bytes / bw, peak > 0 ? flops / peak : 0.0) * 1e6;
-        p.gbps = bytes / p.time_us * 1e-3;
-        p.gflops = flops / p.time_us * 1e-3;
-        points.push_back(p);
-        if (!o.json) {
-          fmt::print("{:<12} {:>5}  {:<18} {:>10.1f} {:>8.1f} {:>9.1f} {:>9.1f} {:>6.1f}% {:>10} {:>8}  {}\n", sh.name, m,
-                     p.kernel, p.time_us, p.gbps, p.gflops, p.roofline_us, 100.0 * p.roofline_us / p.time_us,
-                     p.dense_us > 0 ? fmt::format("{:.1f}", p.dense_us) : "-",
-                     p.dense_us > 0 ? fmt::format("{:.2f}x", p.dense_us / p.time_us) : "-",
-                     c.ok ? "ok" : fmt::format("MISMATCH ({:.1f}x tol)", c.max_rel_to_tol));
-          std::fflush(stdout);
+          fmt::print("  {}{}: bandwidth {:.1f} GB/s before its points, {:.1f} after\n", sh.name,
+                     threads > 0 ? fmt::format(", {} threads", threads) : "", bw_before * 1e-9, bw_after * 1e-9);
+        for (std::size_t i = 0; i < shape_points.size(); ++i) {
+          BenchPoint& p = shape_points[i];
+          const Comparison& c = checks[i];
+          const int64_t m = p.m;
+          const double bytes = layer_bytes(spec, m), flops = 2.0 * double(m) * double(sh.n) * double(sh.k);
+          p.roofline_us = std::max(bytes / bw, peak > 0 ? flops / peak : 0.0) * 1e6;
+          p.gbps = bytes / p.time_us * 1e-3;
+          p.gflops = flops / p.time_us * 1e-3;
+          points.push_back(p);
+          if (!o.json) {
+            fmt::print("{:<12} {:>5} {:>3}  {:<18} {:>10.1f} {:>8.1f} {:>9.1f} {:>9.1f} {:>6.1f}% {:>10} {:>8}  {}\n", sh.name, m,
+                       threads > 0 ? std::to_string(threads) : "-", p.kernel, p.time_us, p.gbps, p.gflops, p.roofline_us, 100.0 * p.roofline_us / p.time_us,
+                       p.dense_us > 0 ? fmt::format("{:.1f}", p.dense_us) : "-",
+                       p.dense_us > 0 ? fmt::format("{:.2f}x", p.dense_us / p.time_us) : "-",
+                       c.ok ? "ok" : fmt::format("MISMATCH ({:.1f}x tol)", c.max_rel_to_tol));
+            std::fflush(stdout);
+          }
+          out["results"].push_back({{"backend", p.backend}, {"shape", p.shape}, {"k", p.k}, {"n", p.n}, {"m", p.m},
+                                    {"kernel", p.kernel}, {"threads", threads_json(threads)}, {"time_us", p.time_us},
+                                    {"gbps", p.gbps}, {"gflops", p.gflops},
+                                    {"roofline_us", p.roofline_us}, {"pct_roofline", 100.0 * p.roofline_us / p.time_us},
+                                    {"bandwidth_gbps", bw * 1e-9}, {"bandwidth_before_gbps", bw_before * 1e-9},
+                                    {"bandwidth_after_gbps", bw_after * 1e-9}, {"bandwidth_retries", retries},
+                                    {"dense_us", p.dense_us > 0 ? json(p.dense_us) : json(nullptr)},
+                                    {"speedup_vs_dense", p.dense_us > 0 ? json(p.dense_us / p.time_us) : json(nullptr)},
+                                    {"check_ok", c.ok}, {"check_err_over_tol", c.max_rel_to_tol}});
         }
-        out["results"].push_back({{"backend", p.backend}, {"shape", p.shape}, {"k", p.k}, {"n", p.n}, {"m", p.m},
-                                  {"kernel", p.kernel}, {"time_us", p.time_us}, {"gbps", p.gbps}, {"gflops", p.gflops},
-                                  {"roofline_us", p.roofline_us}, {"pct_roofline", 100.0 * p.roofline_us / p.time_us},
-                                  {"bandwidth_gbps", bw * 1e-9}, {"bandwidth_before_gbps", bw_before * 1e-9},
-                                  {"bandwidth_after_gbps", bw_after * 1e-9}, {"bandwidth_retries", retries},
-                                  {"dense_us", p.dense_us > 0 ? json(p.dense_us) : json(nullptr)},
-                                  {"speedup_vs_dense", p.dense_us > 0 ? json(p.dense_us / p.time_us) : json(nullptr)},
-                                  {"check_ok", c.ok}, {"check_err_over_tol", c.max_rel_to_tol}});
       }
       if (!dense_why.empty() && !o.json) fmt::print("  (no dense baseline: {})\n", dense_why);
+      // The JSON so far after every shape, so that a run stopped by a time limit keeps its shapes.
+      if (!opt.json_path.empty()) {
+        const std::string tmp = opt.json_path + ".part";
+        write_output_file(tmp, "--json", out.dump(2) + "\n");
+        std::filesystem::rename(tmp, opt.json_path);
+      }
     }
   }
   if (tty) fmt::print(stderr, "\r\033[K");
   int bad = 0;
   for (const auto& p : points) bad += p.check_ok ? 0 : 1;
   if (!opt.json_path.empty()) write_output_file(opt.json_path, "--json", out.dump(2) + "\n");
-  if (!opt.svg_path.empty())
+  if (!opt.svg_path.empty()) {
+    std::vector<BenchPoint> series = points;  // one line per backend and thread count
+    for (auto& p : series)
+      if (p.threads > 0) p.backend += fmt::format(" {}t", p.threads);
     write_output_file(opt.svg_path, "--svg",
-                      bench_svg(points, fmt::format("nibble bench, {}-bit, G={}: % of roofline vs M", opt.bits, opt.group)));
+                      bench_svg(series, fmt::format("nibble bench, {}-bit, G={}: % of roofline vs M", opt.bits, opt.group)));
+  }
   if (o.json) fmt::print("{}\n", out.dump(2));
   if (bad) fmt::print(stderr, "nibble bench: {} point(s) FAILED the correctness check\n", bad);
   return bad ? 1 : 0;

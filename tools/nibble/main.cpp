@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bo.json_path, "Write the results as JSON to this file");
   bench->add_option("--svg", bo.svg_path, "Write a plot (% of roofline vs M) to this file");
   bench->add_flag("--no-dense", bo.no_dense, "Skip the dense baseline");
+  bench->add_option("--threads", bo.threads,
+                    "Thread counts to run each shape with, comma-separated (the backend's num_threads option; the "
+                    "bandwidth, peak and dense baseline are measured again for each)");
 
   try {
     app.parse(argc, argv);

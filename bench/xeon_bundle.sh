@@ -1,0 +1,24 @@
+#!/bin/bash
+# bench/xeon_bundle.sh [BUILD_DIR] [DEST]: packs a CPU build for bench/xeon_run.sh on the GPU
+# machine's Xeon host (../shared/GPU.md): ../shared/scripts/gpu-bundle of BUILD_DIR (default build,
+# configured with the CPU plugin) into DEST (default .gpu, ignored by git), without what the run does
+# not use, and libdnnl compressed with xz (xeon_run.sh unpacks it there), so that the working tree
+# and the bundle stay well under the device tool's 64 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+dest=${2:-.gpu}
+[[ -f "$build/plugins/cpu_w4a16/cpu_w4a16.so" ]] || { echo "no CPU plugin in $build: build it first" >&2; exit 1; }
+bundler=../shared/scripts/gpu-bundle
+[[ -x "$bundler" ]] || bundler=/work/shared/scripts/gpu-bundle
+"$bundler" "$build" "$dest"
+# The GPU plugins' runtimes and the fuzzers are not part of a CPU run.
+rm -f "$dest"/lib/libamdhip64* "$dest"/lib/libhsa* "$dest"/lib/libcudart*
+rm -rf "$dest/$build/tests/fuzz" "$dest/$build/plugins/cuda_w4a16" "$dest/$build/plugins/rocm_w4a16"
+for lib in "$dest"/lib/libdnnl.so*; do
+  [[ -f "$lib" && "$lib" != *.xz ]] && xz -T0 -9 -f "$lib"
+done
+tree=$(git ls-files -z | du -c --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+bundle=$(du -sk "$dest" | cut -f1)
+echo "bundle $dest: $((bundle / 1024)) MiB; tracked tree: $((tree / 1024)) MiB; together $(((bundle + tree) / 1024)) MiB (the device tool takes 64)"
+(( bundle + tree < 60 * 1024 )) || { echo "too large for the device tool" >&2; exit 1; }

@@ -1,0 +1,251 @@
+// The AMX-BF16 form of the fused kernel, written once over a "tiles" type: kernel_amx.cpp
+// instantiates it with the hardware's tile instructions, test_amx_emulated.cpp with the scalar
+// emulation of amx_emulation.h, so that its data movement and layouts are tested on CPUs without
+// AMX. The rest is AVX-512 (F, BW, VL, DQ).
+//
+// tdpbf16ps C, A, B computes, for every row m of A and column n of B,
+//   C[m][n] += sum over k < 16 of A[m].bf16[2k] B[k].bf16[2n] + A[m].bf16[2k+1] B[k].bf16[2n+1]
+// (Intel SDM: two f32 partial sums per element, even and odd pairs, then added to C; input
+// denormals read as zero, output denormals flushed, round to nearest). So one B row is one pair
+// of K rows for 16 columns, each 32-bit lane a bf16 pair (even row low, odd row high): exactly
+// what one shift and one vpternlogd make from a line of codes in the kBf16Pairs order
+// (cpu_weights.h): pair p of line i, 16 lanes of 128 + q, is row 4i + p of the B tile of the K
+// step (32 rows = 4 lines). And one A row is x's row m over those 32 K rows, the bf16 pairs in
+// the same order: gather_x's tile layout (kernels.h XLayout).
+//
+// Per call (tiles [t0, t1), segments [seg0, seg1)), with tiles configured once:
+//   for each column block (NB tiles) and K block (SB segments):
+//     dequantize the block's codes into B tiles (128 + q, exact in bf16), once: the weights are
+//     read from memory once per call
+//     for each pair of row blocks (2 x rb rows; 1 for fp16 x, whose hi and lo parts take two A
+//     tiles), each pair of tiles of the column block, each segment:
+//       C (2 x 2 tiles) = 0; per K step of the segment: load 2 A tiles (x, reused across the
+//       column block from L1/L2) and 2 B tiles, 4 tdpbf16ps
+//       store C, and end the segment as the other bf16 kernels do: y += s (C - A) - s z X
+//       (kernel_fused_impl.h), y = for the first segment of the slice
+// At one block of rows (decode), NB = 2 and SB = 1: each B tile is used as soon as it is made,
+// from L1. Tiles: C tmm0..3 ([row block][column tile]), A tmm4, tmm5, B tmm6, tmm7 (tdpbf16ps
+// needs its three tiles distinct).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels.h"
+#include "scales_avx512.h"
+
+namespace nibble::cpu::amx {
+
+/// The 64-byte operand of ldtilecfg (palette 1): bytes 16..31 the bytes per row of tmm0..7,
+/// bytes 48..55 their rows; every other byte must be 0.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved0[14] = {};
+  uint16_t colsb[8] = {};
+  uint16_t reserved1[8] = {};
+  uint8_t rows[8] = {};
+  uint8_t reserved2[8] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+/// Rows of a B tile: K pairs per step (32 K rows, 4 lines of codes).
+constexpr int kPairsPerStep = 16;
+constexpr int64_t kStepLines = 4;
+/// Bytes of B tiles one K block may use when several blocks of rows reuse them (L2).
+constexpr int64_t kBlockBytes = 128 << 10;
+/// Column block when several blocks of rows reuse it: the menu's preferred chunk (kernel_choice.cpp).
+constexpr int64_t kColumnBlock = 8;
+/// Lines the software prefetch of the codes runs ahead, per tile.
+constexpr int64_t kPrefetchLines = 64;
+
+/// C and A tiles of `rows` rows (x's rows of one block), B tiles of 16; all rows 64 bytes.
+inline TileConfig tile_config(int rows) {
+  TileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = uint8_t(t >= 6 ? kPairsPerStep : rows);
+  }
+  return c;
+}
+
+template <int N, class F>
+inline __attribute__((always_inline)) void unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
+// The per-thread buffers: B tiles of one column and K block, and the stored C tiles.
+struct Scratch {
+  std::vector<uint32_t, CacheAligned<uint32_t>> b;
+  std::vector<float, CacheAligned<float>> c;
+};
+
+template <class Tiles, int P, bool kAsym>
+class Gemm {
+ public:
+  Gemm(const FusedArgs& a, Scratch& s) : a_(a), w_(*a.w) {
+    segs_ = w_.segments();
+    steps_ = a.tile_steps;
+    rb_ = a.rb;
+    blocks_ = (a.m + rb_ - 1) / rb_;
+    nb_ = blocks_ > 1 ? kColumnBlock : 2;
+    sb_ = blocks_ > 1 ? std::max<int64_t>(1, kBlockBytes / (nb_ * steps_ * kPairsPerStep * 64)) : 1;
+    const size_t bwords = size_t(nb_ * sb_ * steps_ * kPairsPerStep * 16);
+    if (s.b.size() < bwords) s.b.resize(bwords);
+    if (s.c.size() < 4 * 256) s.c.resize(4 * 256);
+    b_ = s.b.data();
+    c_ = s.c.data();
+  }
+
+  void run(int64_t t0, int64_t t1) {
+    const TileConfig cfg = tile_config(int(rb_));
+    Tiles::config(cfg);
+    constexpr int64_t kRowBlocks = P == 1 ? 2 : 1;
+    for (int64_t tb = t0; tb < t1; tb += nb_) {
+      const int64_t nb = std::min(nb_, t1 - tb);
+      for (int64_t sb = a_.seg0; sb < a_.seg1; sb += sb_) {
+        const int64_t se = std::min(a_.seg1, sb + sb_);
+        for (int64_t ti = 0; ti < nb; ++ti)
+          for (int64_t sg = sb; sg < se; ++sg) dequantize(tb + ti, ti, sg, sg - sb);
+        for (int64_t block = 0; block < blocks_; block += kRowBlocks) {
+          [[maybe_unused]] const bool two_blocks = kRowBlocks == 2 && block + 1 < blocks_;
+          for (int64_t ti = 0; ti < nb; ti += 2) {
+            const bool two_tiles = ti + 1 < nb;
+            for (int64_t sg = sb; sg < se; ++sg) {
+              if constexpr (kRowBlocks == 2) {
+                if (two_blocks) {
+                  if (two_tiles)
+                    segment<2, 2>(block, tb, ti, sg, sg - sb);
+                  else
+                    segment<2, 1>(block, tb, ti, sg, sg - sb);
+                  continue;
+                }
+              }
+              if (two_tiles)
+                segment<1, 2>(block, tb, ti, sg, sg - sb);
+              else
+                segment<1, 1>(block, tb, ti, sg, sg - sb);
+            }
+          }
+        }
+      }
+    }
+    Tiles::release();
+  }
+
+ private:
+  const uint32_t* a_tile(int64_t block, int64_t sg, int64_t step, int part) const {
+    return reinterpret_cast<const uint32_t*>(a_.xp) +
+           ((((block * segs_ + sg) * steps_ + step) * P + part) * rb_) * 16;
+  }
+  uint32_t* b_tile(int64_t ti, int64_t sgi, int64_t step) const {
+    return b_ + ((ti * sb_ + sgi) * steps_ + step) * kPairsPerStep * 16;
+  }
+  int64_t used_steps(int64_t sg) const {
+    return (w_.seg_line[size_t(sg + 1)] - w_.seg_line[size_t(sg)] + kStepLines - 1) / kStepLines;
+  }
+
+  // The B tiles of segment sg of tile t: row 4i + p of step j = pair p of line 4j + i as 16
+  // lanes of bf16 (128 + q_2p, 128 + q_2p+1); rows past the segment's end 0 (their A is 0 too,
+  // and 0 x 0 keeps out whatever the buffer held).
+  void dequantize(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
+    const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
+    const uint32_t* q = w_.tile_codes(t);
+    const int64_t l0 = w_.seg_line[size_t(sg)], l1 = w_.seg_line[size_t(sg + 1)];
+    for (int64_t j = 0; j < used_steps(sg); ++j) {
+      uint32_t* bt = b_tile(ti, sgi, j);
+      for (int64_t i = 0; i < kStepLines; ++i) {
+        const int64_t l = l0 + j * kStepLines + i;
+        uint32_t* rows = bt + i * 4 * 16;
+        if (l >= l1) {
+          for (int p = 0; p < 4; ++p) _mm512_store_si512(rows + p * 16, _mm512_setzero_si512());
+          continue;
+        }
+        // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes.
+        _mm_prefetch(reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN)),
+                     _MM_HINT_NTA);
+        const __m512i codes = _mm512_load_si512(q + l * kTileN);
+        unroll<4>([&](auto p) {
+          const __m512i moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);
+          _mm512_store_si512(rows + p * 16, _mm512_ternarylogic_epi32(moved, mask, one, 0xea));
+        });
+      }
+    }
+  }
+
+  // One segment for RB blocks of rows and NT tiles (tb + ti, ...): the K steps on the tiles,
+  // then the segment's end.
+  template <int RB, int NT>
+  void segment(int64_t block, int64_t tb, int64_t ti, int64_t sg, int64_t sgi) {
+    unroll<RB>([&](auto r) { unroll<NT>([&](auto n) { Tiles::template zero<r * 2 + n>(); }); });
+    const int64_t steps = used_steps(sg);
+    for (int64_t j = 0; j < steps; ++j) {
+      unroll<RB>([&](auto r) {
+        unroll<P>([&](auto p) { Tiles::template load<4 + r * P + p>(a_tile(block + r, sg, j, p), 64); });
+      });
+      unroll<NT>([&](auto n) { Tiles::template load<6 + n>(b_tile(ti + n, sgi, j), 64); });
+      unroll<RB>([&](auto r) {
+        unroll<NT>([&](auto n) {
+          unroll<P>([&](auto p) { Tiles::template dpbf16ps<r * 2 + n, 4 + r * P + p, 6 + n>(); });
+        });
+      });
+    }
+    unroll<RB>([&](auto r) {
+      unroll<NT>([&](auto n) { Tiles::template store<r * 2 + n>(c_ + (r * 2 + n) * 256, 64); });
+    });
+    const int64_t g = w_.seg_group[size_t(sg)];
+    const bool first = sg == a_.seg0;
+    unroll<NT>([&](auto n) {
+      const int64_t t = tb + ti + n;
+      const __m512 sv = load_scales_avx512(w_.group_scales(t, g), w_.scale_type);
+      __m512 sz = _mm512_setzero_ps();
+      if constexpr (kAsym) sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w_.tile_zeros(t) + g * kTileN));
+      unroll<RB>([&](auto r) {
+        const int64_t b = block + r;
+        const int64_t rows = std::min(rb_, a_.m - b * rb_);
+        const float* xa = a_.xs + (b * segs_ + sg) * 2 * rb_;  // A, then X
+        const float* c = c_ + (r * 2 + n) * 256;
+        for (int64_t i = 0; i < rows; ++i) {
+          float* yp = a_.y + (b * rb_ + i) * a_.ldy + t * kTileN;
+          const __m512 acc = _mm512_sub_ps(_mm512_load_ps(c + i * 16), _mm512_set1_ps(xa[i]));
+          __m512 out = first ? _mm512_mul_ps(sv, acc) : _mm512_fmadd_ps(sv, acc, _mm512_loadu_ps(yp));
+          if constexpr (kAsym)
+            out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb_ + i]), out);  // else folded into A
+          _mm512_storeu_ps(yp, out);
+        }
+      });
+    });
+  }
+
+  const FusedArgs& a_;
+  const CpuWeights& w_;
+  int64_t segs_, steps_, rb_, blocks_, nb_, sb_;
+  uint32_t* b_;
+  float* c_;
+};
+
+/// The AMX form over `Tiles`: tiles [t0, t1) of a.
+template <class Tiles>
+void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
+  thread_local Scratch scratch;
+  const bool asym = a.w->tile_zeros(0) != nullptr;
+  if (a.xform == XForm::kBf16x2) {
+    if (asym)
+      Gemm<Tiles, 2, true>(a, scratch).run(t0, t1);
+    else
+      Gemm<Tiles, 2, false>(a, scratch).run(t0, t1);
+  } else {
+    if (asym)
+      Gemm<Tiles, 1, true>(a, scratch).run(t0, t1);
+    else
+      Gemm<Tiles, 1, false>(a, scratch).run(t0, t1);
+  }
+}
+
+}  // namespace nibble::cpu::amx

@@ -1,0 +1,409 @@
+#include "kernel_choice.h"
+
+#include <asm/prctl.h>
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "nibble/dtype.h"
+
+namespace nibble::cpu {
+
+namespace {
+
+// printf into a std::string (the plugin does not link fmt).
+std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char* format, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+bool has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+const char* avx512bf16_unavailable() {
+  return has_avx512() && __builtin_cpu_supports("avx512bf16") ? nullptr : "this CPU lacks AVX-512 BF16";
+}
+const char* avx512_unavailable() { return has_avx512() ? nullptr : "this CPU lacks AVX-512 F/BW/VL/DQ"; }
+const char* avx2_unavailable() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
+             ? nullptr
+             : "this CPU lacks AVX2, FMA or F16C";
+}
+const char* always_available() { return nullptr; }
+
+// The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
+// the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
+// column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
+// of their cache blocking (kGemmBlockTiles, the AMX form's column block).
+const KernelForm kKernelForms[] = {
+    {"fused-avx512bf16", fused_avx512bf16, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1,
+     avx512bf16_unavailable},
+    {"gemm-amx", gemm_amx, CodeOrder::kBf16Pairs, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
+    {"gemm-avx512bf16", gemm_avx512bf16, CodeOrder::kBf16Pairs, true, kGemmRows, false, true, 4, 32, 2, 32,
+     avx512bf16_unavailable},
+    {"fused-avx512", fused_avx512, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
+    {"fused-avx2", fused_avx2, CodeOrder::kRows, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
+    {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1,
+     always_available},
+};
+
+// NIBBLE_CPU_ISA's families: a one-tile form and its GEMM form, if any.
+struct Family {
+  const char* isa;
+  const char* forms[2];
+};
+const Family kFamilies[] = {
+    {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
+    {"avx512", {"fused-avx512", nullptr}},     {"avx2", {"fused-avx2", nullptr}},
+    {"portable", {"fused-portable", nullptr}},
+};
+
+// The calibration: each candidate on a layer of K x N (256 KiB of codes: in L2 on the CPUs this
+// runs on; K as in the models, so that x takes the room in cache it takes there), at these M,
+// best of kReps calls after one to warm up, the candidates taking turns so that a slow moment of
+// a shared machine hits them alike. The largest M stands for every M above it.
+constexpr int64_t kCalK = 4096, kCalN = 128, kCalG = 128;
+constexpr int64_t kCalMs[] = {1, 2, 4, 8, 16, 32, 64};
+constexpr int kReps = 4;
+
+std::mutex g_report_mu;
+std::string g_report;
+
+uint32_t next_random(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return uint32_t(s >> 32);
+}
+
+// The calibration layer in one code order (uint4b8, bf16 scales around 1/64).
+CpuWeights calibration_layer(int32_t act_dtype, CodeOrder order) {
+  std::vector<uint32_t> q(size_t(kCalK / 8 * kCalN));
+  std::vector<uint16_t> scales(size_t(kCalK / kCalG * kCalN));
+  uint64_t s = 1;
+  for (auto& v : q) v = next_random(s);
+  for (auto& v : scales) v = float_to_bf16(float(1 + next_random(s) % 8) / 512.0f);
+  nibble_linear_spec spec{};
+  spec.struct_size = sizeof spec;
+  spec.layer_name = "calibration";
+  spec.k = spec.full_k = kCalK;
+  spec.n = spec.full_n = kCalN;
+  spec.group_size = int32_t(kCalG);
+  spec.bits = 4;
+  spec.weight_type = NIBBLE_WT_UINT4B8;
+  spec.act_dtype = act_dtype;
+  spec.scale_dtype = NIBBLE_DTYPE_BF16;
+  nibble_canonical_weights w{};
+  w.qweight = q.data();
+  w.scales = scales.data();
+  return prepare_cpu_weights(spec, w, order);
+}
+
+// ns of one call of `f` (gather and kernel, one thread) at each calibrated M, for the layers and
+// activations given.
+struct Bench {
+  const KernelForm* form;
+  const CpuWeights* w;
+  std::vector<double> ns;
+};
+
+void calibrate(std::vector<Bench>& benches, int32_t act_dtype) {
+  const size_t esize = act_dtype == NIBBLE_DTYPE_F32 ? 4 : 2;
+  std::vector<uint8_t> x(size_t(kCalMs[std::size(kCalMs) - 1] * kCalK) * esize);
+  uint64_t s = 7;
+  for (size_t i = 0; i < x.size() / esize; ++i) {
+    const float v = float(int(next_random(s) % 2001) - 1000) / 1000.0f;
+    if (esize == 4)
+      std::memcpy(x.data() + i * 4, &v, 4);
+    else {
+      const uint16_t h = act_dtype == NIBBLE_DTYPE_BF16 ? float_to_bf16(v) : float_to_f16(v);
+      std::memcpy(x.data() + i * 2, &h, 2);
+    }
+  }
+  std::vector<float> xp, xs, y;
+  const TeamMember alone(nullptr, 0, 1);
+  for (auto& b : benches) b.ns.assign(std::size(kCalMs), 1e30);
+  for (size_t mi = 0; mi < std::size(kCalMs); ++mi) {
+    const int64_t m = kCalMs[mi];
+    for (int rep = 0; rep <= kReps; ++rep)
+      for (auto& b : benches) {
+        const CpuWeights& w = *b.w;
+        const XLayout l = b.form->layout(act_dtype, m, b.form->tiles ? amx_tile_steps(w) : 0);
+        xp.resize(size_t(x_buffer_words(w, l, m)));
+        xs.resize(size_t(((m + l.rb - 1) / l.rb) * w.segments() * 2 * l.rb));
+        y.resize(size_t(m * fused_y_stride(w)));
+        const FusedArgs a{&w,     xp.data(), xs.data(),         m,
+                          l.rb,   y.data(),  fused_y_stride(w), act_dtype == NIBBLE_DTYPE_F32,
+                          l.form, 0,         w.segments(),      l.tile_steps};
+        const auto t0 = std::chrono::steady_clock::now();
+        gather_x(w, x.data(), act_dtype, l, m, xp.data(), xs.data(), alone);
+        b.form->fn(a, 0, w.tiles);
+        const double ns =
+            std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        if (rep > 0) b.ns[mi] = std::min(b.ns[mi], ns);
+      }
+  }
+}
+
+const char* dtype_label(int32_t d) {
+  return d == NIBBLE_DTYPE_BF16 ? "bf16" : d == NIBBLE_DTYPE_F16 ? "f16" : "f32";
+}
+
+// Integer >= 1 in NIBBLE_CPU_GEMM_MIN_M, else 0 (the plugin's probe has validated it).
+int64_t gemm_min_m_env() {
+  const char* env = std::getenv("NIBBLE_CPU_GEMM_MIN_M");
+  return env && std::atoll(env) > 0 ? std::atoll(env) : 0;
+}
+
+std::string describe(const KernelPlan& p) {
+  std::string s;
+  for (size_t i = 0; i < p.forms.size(); ++i) {
+    const int64_t lo = p.forms[i].first;
+    const long long hi = i + 1 < p.forms.size() ? (long long)p.forms[i + 1].first : 0;
+    const std::string range = p.forms.size() == 1       ? "all M"
+                              : i + 1 == p.forms.size() ? strf("M >= %lld", (long long)lo)
+                              : i == 0                  ? strf("M < %lld", hi)
+                                                        : strf("M %lld-%lld", (long long)lo, hi - 1);
+    s += strf("%s%s %s", i ? ", " : "", p.forms[i].second->name, range.c_str());
+  }
+  return s;
+}
+
+KernelPlan make_plan(int32_t act_dtype) {
+  const bool f32 = act_dtype == NIBBLE_DTYPE_F32;
+  std::vector<const KernelForm*> usable;
+  for (const KernelForm& f : kKernelForms)
+    if ((!f.bf16 || !f32) && !f.unavailable()) usable.push_back(&f);
+  std::string note;
+  std::vector<const KernelForm*> candidates = usable;
+  const char* forced = std::getenv("NIBBLE_CPU_ISA");
+  if (forced && *forced) {
+    std::vector<const KernelForm*> family;
+    std::string why;
+    for (const Family& fam : kFamilies) {
+      if (std::strcmp(fam.isa, forced) != 0) continue;
+      for (const char* name : fam.forms) {
+        const KernelForm* f = name ? kernel_form(name) : nullptr;
+        if (!f) continue;
+        if (f->bf16 && f32)
+          why = "f32 activations need exact f32 products (not bf16)";
+        else if (const char* r = f->unavailable())
+          why = r;
+        if (!why.empty()) break;
+        family.push_back(f);
+      }
+      if (!why.empty()) family.clear();
+    }
+    if (family.empty())
+      note = strf("; NIBBLE_CPU_ISA=%s not taken: %s", forced, why.c_str());
+    else {
+      candidates = family;
+      note = strf("; NIBBLE_CPU_ISA=%s", forced);
+    }
+  }
+  // Portable code is the last resort, and AVX2 code is never faster than the same kernel on
+  // AVX-512 (which takes twice the columns per instruction): not worth calibrating.
+  const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
+    const bool other = std::any_of(candidates.begin(), candidates.end(),
+                                   [&](const KernelForm* f) { return f->fn == unless_absent; });
+    if (other || (!unless_absent && candidates.size() > 1))
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [&](const KernelForm* f) { return f->fn == fn; }),
+                       candidates.end());
+  };
+  drop(fused_avx2, fused_avx512);
+  drop(fused_portable, nullptr);
+  KernelPlan plan;
+  const int64_t gemm_min = gemm_min_m_env();
+  const auto one_tile_and_gemm = [&](const KernelForm* small, const KernelForm* gemm) {
+    plan = {};
+    plan.order = small->order;
+    if (gemm_min > 1) plan.forms.push_back({1, small});
+    plan.forms.push_back({gemm_min > 1 ? gemm_min : 1, gemm});
+    plan.summary =
+        describe(plan) + strf(" (NIBBLE_CPU_GEMM_MIN_M=%lld%s)", (long long)gemm_min, note.c_str());
+  };
+  const auto gemm_of = [&](CodeOrder o, const KernelForm* skip) -> const KernelForm* {
+    for (const KernelForm* f : candidates)
+      if (f->compute_bound && f->order == o && f != skip) return f;
+    return nullptr;
+  };
+  // Forced family with both forms and a fixed crossover: nothing left to measure.
+  if (gemm_min > 0 && candidates.size() == 2 && !candidates[0]->compute_bound &&
+      candidates[1]->compute_bound) {
+    one_tile_and_gemm(candidates[0], candidates[1]);
+    return plan;
+  }
+  if (candidates.size() == 1) {
+    plan.order = candidates[0]->order;
+    plan.forms.push_back({1, candidates[0]});
+    plan.summary = describe(plan) + note;
+    return plan;
+  }
+  std::map<CodeOrder, CpuWeights> layers;
+  std::vector<Bench> benches;
+  for (const KernelForm* f : candidates)
+    if (!layers.count(f->order)) layers.emplace(f->order, calibration_layer(act_dtype, f->order));
+  for (const KernelForm* f : candidates) benches.push_back({f, &layers.at(f->order), {}});
+  const auto c0 = std::chrono::steady_clock::now();
+  calibrate(benches, act_dtype);
+  const double cal_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+  std::vector<std::vector<double>> times;
+  for (const auto& b : benches) times.push_back(b.ns);
+  const std::vector<int64_t> ms(std::begin(kCalMs), std::end(kCalMs));
+  plan = plan_from_times(candidates, ms, times);
+  {
+    std::string r = strf("%s (%.0f ms), us per call at M =", dtype_label(act_dtype), cal_ms);
+    for (size_t i = 0; i < ms.size(); ++i) r += strf("%s%lld", i ? "," : " ", (long long)ms[i]);
+    r += ":";
+    for (const auto& b : benches) {
+      r += strf(" %s [", b.form->name);
+      for (size_t i = 0; i < ms.size(); ++i) r += strf("%s%.1f", i ? " " : "", b.ns[i] / 1e3);
+      r += "]";
+    }
+    std::lock_guard<std::mutex> lock(g_report_mu);
+    g_report += (g_report.empty() ? "" : "; ") + r;
+  }
+  if (gemm_min > 0) {
+    const KernelForm* small = plan.forms.front().second;
+    const KernelForm* gemm = small->compute_bound ? small : gemm_of(plan.order, nullptr);
+    if (small->compute_bound)
+      for (const KernelForm* f : candidates)
+        if (!f->compute_bound && f->order == plan.order) small = f;
+    if (gemm && !small->compute_bound) {
+      one_tile_and_gemm(small, gemm);
+      return plan;
+    }
+  }
+  plan.summary = describe(plan) + " (calibrated" + note + ")";
+  return plan;
+}
+
+}  // namespace
+
+XLayout KernelForm::layout(int32_t act_dtype, int64_t m, int64_t tile_steps) const {
+  XLayout l;
+  l.form = !bf16 ? XForm::kF32 : act_dtype == NIBBLE_DTYPE_F16 ? XForm::kBf16x2 : XForm::kBf16;
+  l.rb = compute_bound && !tiles ? rows : std::min(rows, m);
+  l.tile_steps = tiles ? tile_steps : 0;
+  return l;
+}
+
+bool KernelPlan::uses_tiles() const {
+  return std::any_of(forms.begin(), forms.end(), [](const auto& f) { return f.second->tiles; });
+}
+
+const KernelForm& KernelPlan::at(int64_t m) const {
+  const KernelForm* f = forms.front().second;
+  for (const auto& [from, form] : forms)
+    if (m >= from) f = form;
+  return *f;
+}
+
+const KernelForm* kernel_form(const std::string& name) {
+  for (const KernelForm& f : kKernelForms)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
+                           const std::vector<std::vector<double>>& times) {
+  std::vector<double> best(ms.size(), 1e300);
+  for (const auto& t : times)
+    for (size_t i = 0; i < ms.size(); ++i) best[i] = std::min(best[i], t[i]);
+  // Per code order and M: the prior form, or the fastest where it is faster by more than kMargin.
+  const auto choice = [&](CodeOrder o, size_t i) {
+    size_t prior = SIZE_MAX, fastest = SIZE_MAX;
+    for (size_t f = 0; f < candidates.size(); ++f) {
+      if (candidates[f]->order != o) continue;
+      if (fastest == SIZE_MAX || times[f][i] < times[fastest][i]) fastest = f;
+      const int64_t from = candidates[f]->prior_from;
+      if (from > 0 && from <= ms[i] && (prior == SIZE_MAX || from > candidates[prior]->prior_from)) prior = f;
+    }
+    return prior != SIZE_MAX && times[prior][i] <= kMargin * times[fastest][i] ? prior : fastest;
+  };
+  std::vector<CodeOrder> orders;
+  for (const KernelForm* f : candidates)
+    if (std::find(orders.begin(), orders.end(), f->order) == orders.end()) orders.push_back(f->order);
+  CodeOrder chosen = orders.front();
+  double chosen_regret = 0;
+  for (size_t k = 0; k < orders.size(); ++k) {
+    double regret = 0;
+    for (size_t i = 0; i < ms.size(); ++i)
+      regret = std::max(regret, times[choice(orders[k], i)][i] / best[i]);
+    if (k == 0 || regret * kMargin < chosen_regret) {
+      chosen = orders[k];
+      chosen_regret = regret;
+    }
+  }
+  KernelPlan plan;
+  plan.order = chosen;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const KernelForm* pick = candidates[choice(chosen, i)];
+    if (plan.forms.empty() || plan.forms.back().second != pick)
+      plan.forms.push_back({i == 0 ? 1 : ms[i], pick});
+  }
+  plan.summary = describe(plan);
+  return plan;
+}
+
+const KernelPlan& kernel_plan(int32_t act_dtype) {
+  static std::once_flag once[3];
+  static KernelPlan plans[3];
+  const int i = act_dtype == NIBBLE_DTYPE_BF16 ? 0 : act_dtype == NIBBLE_DTYPE_F16 ? 1 : 2;
+  std::call_once(once[i], [&] { plans[i] = make_plan(act_dtype); });
+  return plans[i];
+}
+
+std::string calibration_report() {
+  std::lock_guard<std::mutex> lock(g_report_mu);
+  return g_report;
+}
+
+// AMX needs three things: the CPU (CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE), the OS
+// saving the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA, read with xgetbv where
+// CPUID.1:ECX bit 27 OSXSAVE says it may be), and, on Linux 5.16 and later, the process's
+// permission to use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM): asked for once, for the whole
+// process (its threads, and children after a fork).
+const char* amx_unavailable() {
+  static const char* why = []() -> const char* {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 22 & 1u) || !(d >> 24 & 1u))
+      return "this CPU lacks AMX-BF16 / AMX-TILE (CPUID.(7,0):EDX bits 22, 24)";
+    if (avx512bf16_unavailable())
+      return "this CPU lacks AVX-512 BF16 (the AMX form's dequantization uses it)";
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u))
+      return "the OS has not enabled XSAVE (CPUID.1:ECX bit 27)";
+    uint32_t lo = 0, hi = 0;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17))
+      return "the OS does not save AMX tile state (XCR0 bits 17, 18 clear)";
+    constexpr long kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, kXfeatureXtiledata) != 0) {
+      static char msg[160];
+      std::snprintf(msg, sizeof msg, "the kernel refused AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM: %s)",
+                    std::strerror(errno));
+      return msg;
+    }
+    return nullptr;
+  }();
+  return why;
+}
+
+}  // namespace nibble::cpu

@@ -1,0 +1,76 @@
+// Which kernel form runs which M, on this CPU: the plugin's menu of kernel forms (a declared
+// table, kKernelForms in kernel_choice.cpp), what each needs of the CPU and the OS, and the plan a
+// layer is prepared for, chosen by a short calibration at first use (once per process and
+// activation dtype) unless the NIBBLE_CPU_* variables force one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels.h"
+
+namespace nibble::cpu {
+
+/// One kernel form of the menu.
+struct KernelForm {
+  const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
+  FusedKernel fn;
+  CodeOrder order;     ///< the order of codes it reads (a layer is prepared in one)
+  bool bf16;           ///< x as bf16 pairs (bf16 and fp16 activations), else f32
+  int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
+  bool tiles;          ///< x in the AMX tile layout (XLayout)
+  bool compute_bound;  ///< a GEMM form: rb = rows even for fewer rows; ranges handed out guided
+  int64_t quantum;     ///< tiles a range is a multiple of (the form's column blocking)
+  int64_t chunk;       ///< tiles of a range it prefers (cache blocking), a multiple of quantum
+  int64_t min_quanta;  ///< quanta per member below which apply splits K as well
+  /// The M from which it is the choice by CPU features alone among the candidates of its code
+  /// order (the ranking measured with weights streamed from memory, docs/benchmarks.md); 0: never
+  /// without a calibration that shows it faster.
+  int64_t prior_from;
+  const char* (*unavailable)();  ///< why this CPU (or OS) cannot run it, or nullptr
+
+  /// x's layout for m rows of activations of `act_dtype`, with `tile_steps` for the tile layout.
+  XLayout layout(int32_t act_dtype, int64_t m, int64_t tile_steps) const;
+};
+
+/// The forms one layer uses, by M: forms[i].second runs from M = forms[i].first (ascending, the
+/// first from 1); all of one code order.
+struct KernelPlan {
+  CodeOrder order = CodeOrder::kRows;
+  std::vector<std::pair<int64_t, const KernelForm*>> forms;
+  std::string summary;  ///< "fused-avx512bf16 M < 32, gemm-avx512bf16 M >= 32 (calibrated)"
+  bool uses_tiles() const;
+  const KernelForm& at(int64_t m) const;
+};
+
+/// The plan for activations of `act_dtype` (NIBBLE_DTYPE_*), made on first use and kept for the
+/// process. NIBBLE_CPU_ISA=amx|avx512bf16|avx512|avx2|portable limits it to that family (where this
+/// CPU and the activations allow it; else the probe says why and the plan is made as without it),
+/// NIBBLE_CPU_GEMM_MIN_M=N fixes the M from which the family's GEMM form runs; what is not fixed
+/// is calibrated: each candidate form timed on a small layer in cache, one thread (calibration()).
+const KernelPlan& kernel_plan(int32_t act_dtype);
+
+/// A form of the menu by name ("fused-avx512", "gemm-amx", ...), or nullptr.
+const KernelForm* kernel_form(const std::string& name);
+
+/// What the calibrations so far measured, for the probe message: per dtype and form, ns per call
+/// at each calibrated M; empty before the first.
+std::string calibration_report();
+
+/// Why this CPU or OS cannot run the AMX form (CPUID, XCR0, the kernel's tile permission), or
+/// nullptr; the first call asks the kernel for permission (arch_prctl ARCH_REQ_XCOMP_PERM).
+const char* amx_unavailable();
+
+/// A plan from calibrated times: times[f][i] = ns of candidate f at ms[i] (ascending M from 1),
+/// candidates in the menu's order of preference. The calibration runs everything from cache, one
+/// thread, so it sees compute rates, not how a form streams its weights from memory: per code
+/// order and M, the prior form (KernelForm::prior_from) stays unless another is faster by more
+/// than kMargin; of the code orders, the first stays unless another's worst slowdown against the
+/// fastest of all, over the M, is smaller by more than kMargin. (Exposed for the unit test.)
+KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
+                           const std::vector<std::vector<double>>& times);
+constexpr double kMargin = 1.25;
+
+}  // namespace nibble::cpu

@@ -1,0 +1,64 @@
+// Tests of the kernel plan from calibrated times (kernel_choice.h plan_from_times), on made-up
+// forms and times shaped like what the two CPUs of docs/benchmarks.md measure: the features-based
+// prior stays within the margin, a form clearly faster takes its M, and a code order takes over only
+// where the other is clearly worse at its worst M.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernel_choice.h"
+#include "test_util.h"
+
+using namespace nibble::cpu;
+
+std::string nibble::test::skip_reason() { return {}; }
+
+namespace {
+
+const char* none() { return nullptr; }
+// name, fn, order, bf16, rows, tiles, compute_bound, quantum, chunk, min_quanta, prior_from, unavailable
+const KernelForm kFused{"fused-bf16", nullptr, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1,
+                        none};
+const KernelForm kAmx{"gemm-amx", nullptr, CodeOrder::kBf16Pairs, true, 16, true, true, 2, 8, 2, 0, none};
+const KernelForm kGemm{"gemm-bf16", nullptr, CodeOrder::kBf16Pairs, true, 6, false, true, 4, 32, 2, 32, none};
+const KernelForm kF32{"fused-f32", nullptr, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, none};
+const std::vector<int64_t> kMs = {1, 2, 4, 8, 16, 32, 64};
+
+std::string plan(const std::vector<const KernelForm*>& forms, const std::vector<std::vector<double>>& times) {
+  return plan_from_times(forms, kMs, times).summary;
+}
+
+}  // namespace
+
+TEST_CASE("the prior stays where the calibration shows no clear winner") {
+  // The GEMM form a little faster from M = 4 (within the margin): the prior's crossover at 32 stays.
+  CHECK(plan({&kFused, &kGemm}, {{6, 10, 18, 37, 75, 150, 300}, {12, 14, 17, 34, 66, 140, 270}}) ==
+        "fused-bf16 M < 32, gemm-bf16 M >= 32");
+  // Clearly faster at 16: it takes 16 on.
+  CHECK(plan({&kFused, &kGemm}, {{6, 10, 18, 37, 75, 150, 300}, {12, 14, 17, 34, 50, 100, 200}}) ==
+        "fused-bf16 M < 16, gemm-bf16 M >= 16");
+}
+
+TEST_CASE("a form without a prior (AMX) runs only where it is clearly faster") {
+  CHECK(plan({&kFused, &kAmx, &kGemm},
+             {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}, {12, 14, 17, 34, 66, 140, 270}}) ==
+        "fused-bf16 M < 8, gemm-amx M >= 8");
+  CHECK(plan({&kFused, &kAmx}, {{6, 10, 18, 37, 75, 150, 300}, {60, 100, 180, 370, 750, 1500, 3000}}) ==
+        "fused-bf16 all M");
+}
+
+TEST_CASE("the code order changes only where the first order is clearly worse at its worst M") {
+  // The f32 kernel 1.6x faster from M = 8, 1.2x slower below: the bf16 order's worst is 1.6x, the
+  // f32 order's 1.2x (1.5x with the margin): f32 for every M.
+  CHECK(plan({&kFused, &kF32}, {{10, 12, 20, 64, 128, 256, 512}, {12, 14, 24, 40, 80, 160, 320}}) ==
+        "fused-f32 all M");
+  // 1.4x faster only: the bf16 order stays.
+  CHECK(plan({&kFused, &kF32}, {{10, 12, 20, 56, 112, 224, 448}, {12, 14, 24, 40, 80, 160, 320}}) ==
+        "fused-bf16 all M");
+  // With AMX in the bf16 order, its worst slowdown is small: bf16 pairs, AMX from 8.
+  CHECK(plan({&kFused, &kAmx, &kF32}, {{10, 12, 20, 64, 128, 256, 512},
+                                       {15, 16, 22, 30, 40, 60, 100},
+                                       {12, 14, 24, 40, 80, 160, 320}}) ==
+        "fused-bf16 M < 8, gemm-amx M >= 8");
+}
