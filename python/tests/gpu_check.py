@@ -281,14 +281,17 @@ def check_timing(reg, work, cli, out_dir, shapes, rotate_mb):
             graph = time_events(g.replay, 20) / copies
             ref = bench[(k, n, m)]
             ratio = graph / ref
-            worst = max(worst, abs(ratio - 1))
+            # What the op adds to the kernel (Python, DLPack, launch): a graph replay runs launches
+            # back to back, so it may also come out faster than the bench's own timing.
+            worst = max(worst, ratio - 1)
             rows.append({"k": k, "n": n, "m": m, "bench_us": ref, "op_graph_us": graph, "op_eager_us": eager,
                          "graph_over_bench": ratio, "eager_over_bench": eager / ref, "copies": copies})
             log(f"  {k}x{n} M={m}: bench {ref:.2f} us, op in a CUDA graph {graph:.2f} us ({ratio:.3f}x), "
                 f"op eager from Python {eager:.2f} us ({eager / ref:.3f}x), {copies} copies")
     json.dump(rows, open(os.path.join(out_dir, "timing.json"), "w"), indent=2)
-    assert worst <= 0.05, f"the op in a CUDA graph is {worst * 100:.1f}% off nibble bench's kernel time (limit 5%)"
-    return f"the op in a CUDA graph within {worst * 100:.1f}% of nibble bench at M = 1 and 64 (eager: see timing.json)"
+    assert worst <= 0.05, f"the op in a CUDA graph takes {worst * 100:.1f}% more than nibble bench's kernel time (limit 5%)"
+    return (f"the op in a CUDA graph adds at most {max(worst, 0) * 100:.1f}% to nibble bench's kernel time at M = 1 and 64 "
+            f"(eager: see timing.json)")
 
 
 def main():
