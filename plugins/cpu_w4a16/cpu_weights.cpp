@@ -121,6 +121,43 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   return cw;
 }
 
+CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& s, const nibble_canonical_weights& w, CodeOrder order) {
+  if (s.bits != 8) throw std::invalid_argument("prepare_cpu_weights_8bit: not an 8-bit layer");
+  const bool sym = s.weight_type == NIBBLE_WT_UINT8B128;
+  nibble_linear_spec v = s;
+  v.bits = 4;
+  v.weight_type = sym ? NIBBLE_WT_UINT4B8 : NIBBLE_WT_UINT4;
+  v.k = 2 * s.k;
+  v.full_k = 2 * (s.full_k > 0 ? s.full_k : s.k);
+  v.group_size = s.group_size > 0 ? 2 * s.group_size : s.group_size;  // the same groups
+  std::vector<int32_t> g_idx;
+  nibble_canonical_weights vw = w;  // the same words, scales and zero points
+  if (s.act_order) {
+    if (!w.g_idx) throw std::invalid_argument("tensor 'g_idx' is missing for an act-order layer");
+    g_idx.resize(size_t(v.k));
+    for (int64_t k = 0; k < s.k; ++k) g_idx[size_t(2 * k)] = g_idx[size_t(2 * k + 1)] = w.g_idx[k];
+    vw.g_idx = g_idx.data();
+  }
+  if (nibble_spec_num_groups(&v) != nibble_spec_num_groups(&s))
+    throw std::invalid_argument("prepare_cpu_weights_8bit: the nibble rows would change the group count");
+  CpuWeights cw = prepare_cpu_weights(v, vw, order);
+  for (float& z : cw.zeros) z /= 17.0f;
+  cw.sym_zero = 128.0f / 17.0f;
+  // Groups hold whole pairs (2 rows per code) padded to 8 rows, so a padded row's parity is its
+  // nibble: even rows read x, odd rows 16 x.
+  cw.row_mult.assign(cw.row_src.size(), 1.0f);
+  for (size_t r = 0; r < cw.row_src.size(); ++r) {
+    const int32_t src = cw.row_src[r];
+    if (src < 0) continue;
+    if ((src & 1) != int32_t(r & 1)) throw std::invalid_argument("prepare_cpu_weights_8bit: a nibble pair was split");
+    cw.row_mult[r] = src & 1 ? 16.0f : 1.0f;
+    cw.row_src[r] = src >> 1;
+  }
+  cw.k = s.k;
+  cw.identity_rows = false;
+  return cw;
+}
+
 void read_x_through(CpuWeights& w, const std::vector<int32_t>& x_rows, int64_t real_k) {
   w.k = real_k;
   if (x_rows.empty()) return;
@@ -146,7 +183,7 @@ void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line
     for (int j = 0; j < 8; ++j) {
       float* row = dst + ((l - line0) * 8 + j) * kTileN;
       for (int64_t c = 0; c < kTileN; ++c)
-        row[c] = w.scale(t, g, c) * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
+        row[c] = w.scale(t, g, c) * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : w.sym_zero));
     }
   }
 }

@@ -85,6 +85,11 @@ struct CpuWeights {
   std::vector<uint16_t> scales16;   ///< [tiles][groups][16] for kF16 / kBf16, else empty
   std::vector<float> zeros;         ///< [tiles][groups][16]; empty for uint4b8 (zero point 8: not streamed)
   std::vector<float> bias;          ///< [N] or empty
+  /// The zero point of every code where tile_zeros() is null: 8 for uint4b8, 128/17 for an
+  /// 8-bit layer's nibble rows (prepare_cpu_weights_8bit).
+  float sym_zero = kSymmetricZero;
+  /// [lines * 8] factor applied to x on each padded row as it is gathered, or empty (all 1).
+  std::vector<float> row_mult;
 
   int64_t segments() const { return int64_t(seg_group.size()); }
   const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
@@ -105,6 +110,15 @@ struct CpuWeights {
 /// message naming the tensor on inconsistent input.
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w,
                                CodeOrder order = CodeOrder::kRows);
+
+/// An 8-bit layer as nibble rows of the 4-bit layout: the canonical 8-bit words are read as 4-bit
+/// words of 2K rows, row 2k the low nibble of code k and row 2k + 1 the high one. With x doubled
+/// into those rows as (x_k, 16 x_k) (row_mult) and every zero point divided by 17,
+///   sum over the pair of x' (nibble - z / 17) = x (lo + 16 hi) - 17 x z / 17 = x (q - z),
+/// so each group keeps its one scale and, for uint8b128, its zero point stays a constant
+/// (sym_zero = 128 / 17): the kernels stream the layer's own bytes and nothing more. Throws
+/// std::invalid_argument naming the tensor on inconsistent input.
+CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& spec, const nibble_canonical_weights& w, CodeOrder order);
 
 /// Makes `w`, prepared from a layer's nibble planes (plugins/common/nibble_planes.h), read the real
 /// layer's x: row_src maps padded rows to real rows through `x_rows` (virtual row -> real row,

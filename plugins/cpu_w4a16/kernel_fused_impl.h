@@ -119,7 +119,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
   for (int64_t sg = s0; sg < s1; ++sg) {
     const int64_t g = w.seg_group[size_t(sg)];
     for (int i = 0; i < MB * C; ++i) acc[i] = T::zero();
-    const V zv = z ? T::load(z + g * kTileN) : T::set1(kSymmetricZero);
+    const V zv = z ? T::load(z + g * kTileN) : T::set1(w.sym_zero);
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     const auto advance = [&] {
       T::prefetch(reinterpret_cast<const uint32_t*>(pf));

@@ -112,6 +112,8 @@ void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const 
       if (!w.identity_rows) {  // act order or padded groups: rows through row_src
         const int32_t* src = w.row_src.data() + l * 8;
         for (int j = 0; j < 8; ++j) gathered[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
+        if (!w.row_mult.empty())
+          for (int j = 0; j < 8; ++j) gathered[j] *= w.row_mult[size_t(l * 8 + j)];
         v = gathered;
       }
       for (int j = 0; j < 8; ++j) lane[j] += v[j];
@@ -133,7 +135,7 @@ void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const 
     }
     // Symmetric weights: the zero point's term folded into A (A + z / S X), so that the
     // kernels subtract one sum per segment instead of two.
-    if (!w.tile_zeros(0)) offset_sum += double(kSymmetricZero / trick_scale(f)) * sum;
+    if (!w.tile_zeros(0)) offset_sum += double(w.sym_zero / trick_scale(f)) * sum;
     sums[(sg * 2) * rb] = float(offset_sum);
     sums[(sg * 2 + 1) * rb] = float(sum);
   }
@@ -206,7 +208,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
           for (int j = 0; j < 8; ++j) {
             const float xv = x[l * a.rb * 8 + j];
             for (int64_t c = 0; c < kTileN; ++c)
-              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : kSymmetricZero));
+              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : w.sym_zero));
           }
         for (int64_t c = 0; c < kTileN; ++c) out[c] += w.scale(t, g, c) * acc[c];
       }

@@ -37,7 +37,8 @@ using plugin::guarded;
 nibble_capabilities make_caps() {
   nibble_capabilities c{};
   c.formats = NIBBLE_FORMATS_ALL;
-  // 2, 3 and 8 bits run on the 4-bit kernels as nibble planes (plugins/common/nibble_planes.h).
+  // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit), 2 and 3 bits as
+  // nibble planes (plugins/common/nibble_planes.h).
   for (int32_t t : {NIBBLE_WT_UINT4, NIBBLE_WT_UINT4B8, NIBBLE_WT_UINT8, NIBBLE_WT_UINT8B128, NIBBLE_WT_UINT2,
                     NIBBLE_WT_UINT2B2, NIBBLE_WT_UINT3, NIBBLE_WT_UINT3B4})
     c.weight_types |= NIBBLE_WT_BIT(t);
@@ -167,7 +168,9 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
       p->plan = &kernel_plan(s->act_dtype);
-      if (plugin::needs_nibble_planes(*s)) {
+      if (s->bits == 8) {
+        p->w = prepare_cpu_weights_8bit(*s, *w, p->plan->order);  // nibble rows: the layer's own bytes
+      } else if (plugin::needs_nibble_planes(*s)) {
         const plugin::NibblePlanes planes = plugin::make_nibble_planes(*s, *w);
         p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->plan->order);
         read_x_through(p->w, planes.x_rows, planes.real_k);
