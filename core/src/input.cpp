@@ -67,9 +67,7 @@ std::string read_regular_file(const std::filesystem::path& path, std::size_t lim
   return text;
 }
 
-nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth) {
-  // The nesting depth, from one linear pass before the parser sees the text (its own callbacks
-  // cost time quadratic in the size of large objects).
+void check_json_depth(std::string_view text, const std::string& origin, int max_depth) {
   int depth = 0;
   bool in_string = false, escaped = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
@@ -87,6 +85,12 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin, int 
       --depth;
     }
   }
+}
+
+nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth) {
+  // The nesting depth, from one linear pass before the parser sees the text (the parser's own
+  // callbacks cost time quadratic in the size of large objects).
+  check_json_depth(text, origin, max_depth);
   try {
     return nlohmann::json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {

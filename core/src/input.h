@@ -32,6 +32,10 @@ struct RegularFile {
 /// `what` names the file's role in messages ("config.json", "policy").
 std::string read_regular_file(const std::filesystem::path& path, std::size_t limit, std::string_view what);
 
+/// Refuses (Errc::format, naming `origin`) JSON text nested deeper than `max_depth`, in one linear
+/// pass that does not parse it.
+void check_json_depth(std::string_view text, const std::string& origin, int max_depth = kMaxJsonDepth);
+
 /// Parses JSON text, refusing (Errc::format, naming `origin`) invalid syntax and nesting deeper
 /// than `max_depth`.
 nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth = kMaxJsonDepth);

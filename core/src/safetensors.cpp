@@ -38,6 +38,121 @@ std::size_t foreign_dtype_size(const std::string& n) {
   throw Error(Errc::format, fmt::format("{}: {}", origin, what));
 }
 
+// One header entry as the SAX reader saw it; `problem` is the first thing wrong with its shape.
+struct RawEntry {
+  std::string name;
+  bool is_object = false, has_dtype = false, has_shape = false, has_offsets = false;
+  std::string dtype;
+  std::vector<uint64_t> shape, offsets;
+  std::string problem;
+};
+
+// Reads a safetensors header straight into entries, without a JSON document: the document of a
+// header with hundreds of thousands of tensors costs more than everything else that reads it.
+// Structure: {name: {dtype: str, shape: [uint...], data_offsets: [uint, uint], ...}, __metadata__: {str: str}}.
+class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::vector<RawEntry> entries;
+  std::map<std::string, std::string> metadata;
+  std::string error;  // what makes the whole header unreadable
+  bool root_object = false;
+
+  bool null() override { return scalar("null", nullptr, nullptr); }
+  bool boolean(bool) override { return scalar("a boolean", nullptr, nullptr); }
+  bool number_integer(number_integer_t v) override {
+    const uint64_t u = uint64_t(v);
+    return v >= 0 ? scalar("a number", nullptr, &u) : scalar("a negative number", nullptr, nullptr);
+  }
+  bool number_unsigned(number_unsigned_t v) override { return scalar("a number", nullptr, &v); }
+  bool number_float(number_float_t, const string_t&) override { return scalar("a fraction", nullptr, nullptr); }
+  bool binary(binary_t&) override { return scalar("binary data", nullptr, nullptr); }
+  bool string(string_t& v) override { return scalar("a string", &v, nullptr); }
+
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      meta_ = k == "__metadata__";
+      if (!meta_) {
+        entries.emplace_back();
+        entries.back().name = k;
+      }
+    } else if (depth_ == 2 && meta_) {
+      meta_key_ = k;
+    } else if (depth_ == 2) {
+      field_ = k == "dtype" ? Field::dtype : k == "shape" ? Field::shape : k == "data_offsets" ? Field::offsets : Field::other;
+      RawEntry& e = entries.back();  // a repeated field: the last one counts
+      if (field_ == Field::dtype) e.has_dtype = false;
+      if (field_ == Field::shape) e.shape.clear(), e.has_shape = false;
+      if (field_ == Field::offsets) e.offsets.clear(), e.has_offsets = false;
+    }
+    return true;
+  }
+  bool start_object(std::size_t) override { return container(false); }
+  bool start_array(std::size_t) override { return container(true); }
+  bool end_object() override { return --depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = fmt::format("header is not valid JSON: {}", detail::printable(std::string_view(e.what())));
+    return false;
+  }
+
+ private:
+  enum class Field { dtype, shape, offsets, other };
+  bool in_array_field() const { return field_ == Field::shape || field_ == Field::offsets; }
+  const char* field_name() const { return field_ == Field::shape ? "'shape'" : "'data_offsets'"; }
+  void note(const std::string& what) {
+    if (!entries.empty() && entries.back().problem.empty()) entries.back().problem = what;
+  }
+  bool metadata_not_string() {
+    error = fmt::format("__metadata__ value of '{}' is not a string", detail::printable(meta_key_));
+    return false;
+  }
+
+  // A value at the current depth: 1 an entry, 2 a field (or a metadata value), 3 an array element.
+  bool scalar(const char* what, const std::string* str, const uint64_t* num) {
+    switch (depth_) {
+      case 0: return true;  // the root is not an object: root_object stays false
+      case 1:
+        if (meta_) return error = "__metadata__ is not an object", false;
+        return true;  // an entry that is not an object
+      case 2:
+        if (meta_) return str ? (metadata[meta_key_] = *str, true) : metadata_not_string();
+        if (field_ == Field::dtype && str) entries.back().dtype = *str, entries.back().has_dtype = true;
+        if (in_array_field()) note(fmt::format("{} is {}, not an array", field_name(), what));
+        return true;
+      default:
+        if (meta_ || !in_array_field()) return true;
+        if (depth_ == 3 && num) (field_ == Field::shape ? entries.back().shape : entries.back().offsets).push_back(*num);
+        else note(fmt::format("{} holds {}", field_name(), depth_ == 3 ? what : "nested values"));
+        return true;
+    }
+  }
+  bool container(bool array) {
+    const int d = depth_++;
+    switch (d) {
+      case 0: root_object = !array; return true;
+      case 1:
+        if (meta_ && array) return error = "__metadata__ is not an object", false;
+        if (!meta_) entries.back().is_object = !array;
+        return true;
+      case 2:
+        if (meta_) return metadata_not_string();
+        if (in_array_field()) {
+          if (array) (field_ == Field::shape ? entries.back().has_shape : entries.back().has_offsets) = true;
+          else note(fmt::format("{} is an object, not an array", field_name()));
+        }
+        return true;
+      default:
+        if (!meta_ && in_array_field()) note(fmt::format("{} holds nested values", field_name()));
+        return true;
+    }
+  }
+
+  int depth_ = 0;
+  bool meta_ = false;
+  std::string meta_key_;
+  Field field_ = Field::other;
+};
+
 }  // namespace
 
 const char* safetensors_dtype_name(DType t) {
@@ -69,49 +184,48 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
   if (hlen > size - 8)
     bad(origin, fmt::format("truncated: header says {} bytes but the file has {} after the length", hlen, size - 8));
   // A header is {name: {dtype, shape: [...], data_offsets: [...]}}: 3 levels; __metadata__ 2.
-  const nlohmann::json header =
-      detail::parse_json(std::string_view(reinterpret_cast<const char*>(data + 8), std::size_t(hlen)), origin + ": header", 4);
-  if (!header.is_object()) bad(origin, "header is not a JSON object");
-  if (header.size() > limits.max_tensors)
-    throw Error(Errc::limit, fmt::format("{}: {} header entries exceed the limit of {}", origin, header.size(), limits.max_tensors));
+  const std::string_view text(reinterpret_cast<const char*>(data + 8), std::size_t(hlen));
+  detail::check_json_depth(text, origin + ": header", 4);
+  HeaderReader reader;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &reader);
+  if (!reader.error.empty()) bad(origin, reader.error);
+  if (!reader.root_object) bad(origin, "header is not a JSON object");
+  if (reader.entries.size() > limits.max_tensors)
+    throw Error(Errc::limit, fmt::format("{}: {} header entries exceed the limit of {}", origin, reader.entries.size(),
+                                         limits.max_tensors));
 
   auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile);
   f->origin_ = origin;
   f->owner_ = std::move(owner);
   f->data_ = data + 8 + hlen;
   f->data_size_ = size - 8 - std::size_t(hlen);
+  f->metadata_ = std::move(reader.metadata);
+  // A name given twice: the last entry counts, as in a JSON document.
+  std::map<std::string_view, std::size_t> last;
+  for (std::size_t i = 0; i < reader.entries.size(); ++i) last[reader.entries[i].name] = i;
+  f->tensors_.reserve(last.size());
 
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) bad(origin, "__metadata__ is not an object");
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) bad(origin, fmt::format("__metadata__ value of '{}' is not a string", k));
-        f->metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const std::string tname = detail::printable(name);  // (clang 14 cannot capture structured bindings)
+  for (const auto& [name_view, index] : last) {
+    RawEntry& e = reader.entries[index];
+    const std::string& name = e.name;
+    const std::string tname = detail::printable(name);
     auto where = [&](const std::string& what) { bad(origin, fmt::format("tensor '{}': {}", tname, what)); };
     // A name is printed into listings and messages: control characters would let a file forge them.
     for (unsigned char ch : name)
       if (ch < 0x20 || ch == 0x7f) where("the name holds a control character (names are printed; refused)");
-    if (!entry.is_object()) where("entry is not an object");
+    if (!e.is_object) where("entry is not an object");
     TensorInfo ti;
-    ti.name = name;
-    const auto dt = entry.find("dtype");
-    if (dt == entry.end() || !dt->is_string()) where("missing string 'dtype'");
-    ti.dtype_name = dt->get<std::string>();
+    if (!e.has_dtype) where("missing string 'dtype'");
+    ti.dtype_name = std::move(e.dtype);
     std::size_t esize = 0;
     for (const auto& d : kDtypes)
       if (ti.dtype_name == d.name) ti.dtype = d.dtype, esize = dtype_size(d.dtype);
     if (!esize) esize = foreign_dtype_size(ti.dtype_name);
     if (!esize) where(fmt::format("unknown dtype '{}'", detail::printable(ti.dtype_name, 32)));
-    const auto sh = entry.find("shape");
-    if (sh == entry.end() || !sh->is_array()) where("missing array 'shape'");
-    if (sh->size() > limits.max_rank) where(fmt::format("rank {} exceeds the limit of {}", sh->size(), limits.max_rank));
-    for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) where(fmt::format("shape {} holds something other than a non-negative integer", detail::printable_json(*sh)));
-      const uint64_t v = d.get<uint64_t>();
+    if (!e.has_shape) where("missing array 'shape'");
+    if (!e.problem.empty()) where(e.problem + " (expected 'shape' and 'data_offsets' arrays of non-negative integers)");
+    if (e.shape.size() > limits.max_rank) where(fmt::format("rank {} exceeds the limit of {}", e.shape.size(), limits.max_rank));
+    for (const uint64_t v : e.shape) {
       if (v > uint64_t(INT64_MAX)) where(fmt::format("dimension {} too large", v));
       ti.shape.push_back(int64_t(v));
     }
@@ -119,14 +233,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
     try {
       numel = checked_numel(ti.shape);
     } catch (const Error&) {
-      throw Error(Errc::limit, fmt::format("{}: tensor '{}': element count of shape {} overflows", origin, name, shape_str(ti.shape)));
+      throw Error(Errc::limit, fmt::format("{}: tensor '{}': element count of shape {} overflows", origin, tname, shape_str(ti.shape)));
     }
-    const auto off = entry.find("data_offsets");
-    if (off == entry.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-        !(*off)[1].is_number_unsigned())
-      where("missing 'data_offsets' [begin, end] of non-negative integers");
-    ti.begin = (*off)[0].get<uint64_t>();
-    ti.end = (*off)[1].get<uint64_t>();
+    if (!e.has_offsets || e.offsets.size() != 2) where("missing 'data_offsets' [begin, end] of non-negative integers");
+    ti.begin = e.offsets[0];
+    ti.end = e.offsets[1];
     if (ti.begin > ti.end) where(fmt::format("data_offsets [{}, {}] run backwards", ti.begin, ti.end));
     if (ti.end > f->data_size_)
       where(fmt::format("data_offsets [{}, {}] end past the data section of {} bytes (truncated file?)", ti.begin,
@@ -137,6 +248,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
     if (ti.end - ti.begin != uint64_t(numel) * esize)
       where(fmt::format("{} {} needs {} bytes but data_offsets [{}, {}] span {}", detail::printable(ti.dtype_name, 16),
                         shape_str(ti.shape), uint64_t(numel) * esize, ti.begin, ti.end, ti.end - ti.begin));
+    ti.name = std::move(e.name);
     f->tensors_.push_back(std::move(ti));
   }
   // No two tensors may share bytes.
@@ -150,7 +262,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::parse(const uint8_t* data, std
       bad(origin, fmt::format("tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", a->name, a->begin, a->end, b->name,
                               b->begin, b->end));
   }
-  std::sort(f->tensors_.begin(), f->tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  // tensors_ is in name order already (the entries were taken in the order of their names).
   for (std::size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }
