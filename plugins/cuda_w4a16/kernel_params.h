@@ -64,6 +64,26 @@ struct GemmParams {
   int32_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
                              // the stream (PDL), so that its launch and first weight loads overlap
                              // that kernel's tail
+  // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
+  int32_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)
+  int32_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
+};
+
+/// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
+/// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result
+/// the way the first version did (the before of the change they name).
+enum WgAblate : int32_t {
+  kWgNoDequant = 1 << 0,   // consumers feed constant A fragments (no shared loads, no dequantization)
+  kWgNoMma = 1 << 1,       // consumers dequantize but issue no wgmma
+  kWgOneWg = 1 << 2,       // the second consumer warpgroup only waits and releases its stages
+  kWgNoX = 1 << 3,         // producer warps 1-3 copy no x (they still arrive)
+  kWgNoW = 1 << 4,         // the producer lane issues no weight/record bulk copies (it still arrives)
+  kWgNoEpilogue = 1 << 5,  // no stream-K partials, fix-up or y stores
+  kWgOldX = 1 << 6,        // x arrivals as first written: each thread waits for its copies a lag later
+  kWgOldFixup = 1 << 7,    // the fix-up sums one part at a time (one L2 round trip per part)
+  // Consumer modes are compiled kernel instances (fp16, BM 16, 64, 128 only), the rest run-time
+  // branches outside the consumers' wgmma loop.
+  kWgConsumerBits = kWgNoDequant | kWgNoMma | kWgOneWg,
 };
 
 }  // namespace nibble::cuda

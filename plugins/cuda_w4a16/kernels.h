@@ -30,6 +30,11 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
+/// Diagnostics of the wgmma kernel, for bench_kernels only (the plugin never calls these): the
+/// shared-memory limits of the diagnostic instances, and a launch that honours p.ablate's consumer
+/// modes (kWgConsumerBits: fp16 and kWg16, kWg64, kWg128 only; cudaErrorNotSupported otherwise).
+cudaError_t setup_wgmma_diag();
+cudaError_t launch_wgmma_diag(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 
 /// process_weights: canonical qweight u32 [ceil(k/8)][n] (optionally rows gathered through
 /// perm[k_pad], -1 = zero row) -> packed units uint4 [strips][ku][32].
