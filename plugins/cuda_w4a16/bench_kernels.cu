@@ -273,19 +273,22 @@ std::vector<int64_t> parse_list(const char* s) {
 #if defined(NIBBLE_CUDA_WGMMA)
 
 const char* const kDiagVariants =
-    "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nosk,st4,st8,ring,xring";
+    "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nowait,nowait+nodeq,nowait+nomma,"
+    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma";
 
 struct DiagVariant {
   std::string name;
   int32_t ablate = 0;
   int32_t stages = 0;  // 0: all that fit
   bool nosk = false;   // one tile per block: grid = tiles
+  bool ximg = false;   // x laid out by launch_wgmma_x_image first (timed with the kernel), one bulk
+                       // copy per stage instead of the x warps' cp.async
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
 constexpr int32_t kWgLeavesWorkOut = nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma |
                                      nibble::cuda::kWgOneWg | nibble::cuda::kWgNoX | nibble::cuda::kWgNoW |
-                                     nibble::cuda::kWgNoEpilogue;
+                                     nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait;
 
 bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
   using namespace nibble::cuda;
@@ -308,13 +311,15 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     else if (t == "ring") v->ablate |= kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue;
     else if (t == "xring") v->ablate |= kWgNoDequant | kWgNoMma | kWgNoW | kWgNoEpilogue;
     else if (t == "nosk") v->nosk = true;
+    else if (t == "ximg") v->ximg = true;
+    else if (t == "nowait") v->ablate |= kWgNoWait;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec +
-             "' (known: full nodeq nomma onewg nox now noepi oldx oldfix before ring xring nosk st<N> <mask>)";
+             "' (known: full nodeq nomma onewg nox now noepi nowait oldx oldfix before ring xring nosk ximg st<N> <mask>)";
       return false;
     }
   }
@@ -346,7 +351,7 @@ std::vector<DiagVariant> diag_variants() {
 void list_diag_variants() {
   say("wgmma variants (NIBBLE_CUDA_WGMMA_ABLATE):");
   for (const auto& v : diag_variants())
-    say(" %s(ablate=0x%x%s%s)", v.name.c_str(), unsigned(v.ablate), v.nosk ? ",nosk" : "",
+    say(" %s(ablate=0x%x%s%s%s)", v.name.c_str(), unsigned(v.ablate), v.nosk ? ",nosk" : "", v.ximg ? ",ximg" : "",
         v.stages ? (",st" + std::to_string(v.stages)).c_str() : "");
   say("\n");
 }
@@ -403,7 +408,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
     CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   }
 
-  for (auto [k, n] : shapes) {
+  for (const auto& shape : shapes) {
+    const int64_t k = shape.first, n = shape.second;
     Layer l = make_layer(k, n, 128, false, uint64_t(k * 977 + n));
     LayoutPlan lp;
     std::string why;
@@ -470,7 +476,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       }
       const KernelInfo& ki = info[0][id];
       const int tiles = plan.m_tiles * plan.n_tiles;
-      void *partials = nullptr, *counters = nullptr;
+      void *partials = nullptr, *counters = nullptr, *ximage = nullptr;
+      CHECK_CUDA(cudaMalloc(&ximage, size_t(plan.m_tiles) * size_t(ki.bm) * size_t(lp.kt) * 128));
       CHECK_CUDA(cudaMalloc(&partials, size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4));
       CHECK_CUDA(cudaMalloc(&counters, size_t(tiles) * 4));
       CHECK_CUDA(cudaMemset(counters, 0, size_t(tiles) * 4));
@@ -512,6 +519,11 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
         auto launch = [&](int i) {
           gp.w = pk[size_t(i) % pk.size()].w;
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
+          gp.x_image = v.ximg ? ximage : nullptr;
+          if (v.ximg) {
+            const cudaError_t e = launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
+            if (e != cudaSuccess) return e;
+          }
           return launch_wgmma_diag(id, Act::f16, gp, grid, nullptr);
         };
         CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));  // NaN poison
@@ -529,10 +541,19 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           verdict = b;
         }
         const double us = time_calls([&](int i) { CHECK_CUDA(launch(i)); }, reps);
-        if (v.ablate == 0 && v.stages == 0 && !v.nosk) full_us = us;
+        if (v.ablate == 0 && v.stages == 0 && !v.nosk && !v.ximg) full_us = us;
+        // Rates of the streams a variant keeps: weights and records (each read once), x (read once
+        // per n tile, M rounded up to the tile), the tensor-core work (M rounded up too).
+        const double xbytes = double(plan.n_tiles) * plan.m_tiles * ki.bm * double(lp.k_pad) * 2;
+        const double mma = 2.0 * plan.m_tiles * ki.bm * double(lp.n_pad) * double(lp.k_pad);
+        const int32_t out = v.ablate & kWgLeavesWorkOut;
         char extra[96] = "";
-        if ((v.ablate & kWgLeavesWorkOut) == (kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue))
+        if (out == (kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue))
           std::snprintf(extra, sizeof extra, "  weights through the ring: %.0f GB/s", wbytes / (us * 1e-6) / 1e9);
+        else if (out == (kWgNoDequant | kWgNoMma | kWgNoW | kWgNoEpilogue))
+          std::snprintf(extra, sizeof extra, "  x through the ring: %.0f GB/s", xbytes / (us * 1e-6) / 1e9);
+        else if (out == kWgNoWait)
+          std::snprintf(extra, sizeof extra, "  consumers alone: %.0f TFLOP/s", mma / (us * 1e-6) / 1e12);
         say("   %-14s %9.1f us  %5.2fx full  grid %5d  %s%s\n", v.name.c_str(), us, full_us > 0 ? us / full_us : 0.0,
             grid, verdict.c_str(), extra);
         add_cell(v.name, col, us);
@@ -540,6 +561,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       CHECK_CUDA(cudaMemset(counters, 0, size_t(tiles) * 4));
       cudaFree(partials);
       cudaFree(counters);
+      cudaFree(ximage);
 
       // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel.
       for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg}) {

@@ -46,6 +46,8 @@ struct GemmParams {
   const void* scale_rec;    // act dtype [groups_pad][strips][8][4] (layout.h)
   const uint8_t* zero_rec;  // u8 [groups_pad][strips][8][4], or null for uint4b8 (zero 8)
   const void* x;            // act dtype [m][ldx]; columns >= kx read as 0; rows 16-byte aligned
+  const void* x_image;      // wgmma: x as launch_wgmma_x_image lays it out, or null (the kernel
+                            // copies x itself)
   const void* bias;         // act dtype [n], or null
   void* y;                  // act dtype [m][n]
   float* partials;    // stream-K partial tiles: [2 * grid][bm * bn] fp32; GEMV: [splits][m][strips * 32]
@@ -73,17 +75,18 @@ struct GemmParams {
 /// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result
 /// the way the first version did (the before of the change they name).
 enum WgAblate : int32_t {
-  kWgNoDequant = 1 << 0,   // consumers feed constant A fragments (no shared loads, no dequantization)
+  kWgNoDequant = 1 << 0,   // consumers feed the packed words as A fragments (no dequantization)
   kWgNoMma = 1 << 1,       // consumers dequantize but issue no wgmma
-  kWgOneWg = 1 << 2,       // the second consumer warpgroup only waits and releases its stages
+  kWgOneWg = 1 << 2,       // the second consumer warpgroup exits (its strips are left undone)
   kWgNoX = 1 << 3,         // producer warps 1-3 copy no x (they still arrive)
   kWgNoW = 1 << 4,         // the producer lane issues no weight/record bulk copies (it still arrives)
   kWgNoEpilogue = 1 << 5,  // no stream-K partials, fix-up or y stores
   kWgOldX = 1 << 6,        // x arrivals as first written: each thread waits for its copies a lag later
   kWgOldFixup = 1 << 7,    // the fix-up sums one part at a time (one L2 round trip per part)
-  // Consumer modes are compiled kernel instances (fp16, BM 16, 64, 128 only), the rest run-time
-  // branches outside the consumers' wgmma loop.
-  kWgConsumerBits = kWgNoDequant | kWgNoMma | kWgOneWg,
+  kWgNoWait = 1 << 8,      // producers copy nothing; consumers never wait for a stage (compute only)
+  // Consumer modes (these two bits) are compiled kernel instances (fp16, BM 16, 64, 128 only), the
+  // rest run-time branches outside the consumers' wgmma loop.
+  kWgConsumerBits = kWgNoDequant | kWgNoMma,
 };
 
 }  // namespace nibble::cuda

@@ -59,6 +59,14 @@ cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uin
                                  int32_t strips, int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc,
                                  Act act, void* out, cudaStream_t stream);
 
+/// The wgmma kernels' x operand laid out once per call (GemmParams::x_image): for m tile mt of
+/// `bm` rows and k stage ks, the shared-memory x tile of that stage (wgmma_layout.h: rows of 128
+/// bytes in the mma's K order and the 128-byte swizzle) at out + (mt * kt + ks) * bm * 128, zero
+/// past `m` rows and `kx` columns; m_tiles * kt * bm * 128 bytes. x: act dtype [m][ldx] (ldx and kx
+/// even).
+cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm, int32_t m_tiles,
+                                 int32_t kt, void* out, cudaStream_t stream);
+
 /// y[m][n] += bias[n] (act dtype).
 cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream);
 

@@ -89,11 +89,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const int nblocks = gridDim.x;
   const int ib = int(int64_t(blockIdx.x) * work / nblocks), ie = int(int64_t(blockIdx.x + 1) * work / nblocks);
   const bool zp = p.zero_rec != nullptr;
+  const unsigned char* const x_image = static_cast<const unsigned char*>(p.x_image);
+  const int consumers = (ab & kWgOneWg) ? kWgConsumers / 2 : kWgConsumers;  // threads that consume
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full + 8 * s, 1 + kWgXThreads);
-      mbar_init(empty + 8 * s, kWgConsumers / 32);
+      mbar_init(full + 8 * s, x_image ? 1 : 1 + kWgXThreads);
+      mbar_init(empty + 8 * s, consumers / 32);
     }
     fence_mbar_init();
   }
@@ -103,17 +105,26 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     regs_dealloc<kProducerRegs>();
     if (warp == 0) {
       // ---- bulk copies: weights and records of every item, as far ahead as the stages allow ----
-      if (lane != 0) return;
-      const bool load_w = !(ab & kWgNoW);
+      if (lane != 0 || (ab & kWgNoWait)) return;
+      const bool load_w = !(ab & kWgNoW), load_x = x_image && !(ab & kWgNoX);
       const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
-      const uint32_t tx = TL::kWBytes + TL::kSBytes + (zp ? TL::kZBytes : 0);
+      const uint32_t tx =
+          (load_w ? TL::kWBytes + TL::kSBytes + (zp ? TL::kZBytes : 0) : 0) + (load_x ? TL::kXBytes : 0);
+      // With the x image, x is one more bulk copy per stage; those of the first stages go out after
+      // the wait for the previous kernel (which may write x), their weights before it.
+      auto copy_x = [&](int s, int t, int kt) {
+        bulk_copy(sx + s * TL::kXBytes, x_image + wg_x_image_tile(t % p.m_tiles, kt, KT, BM), TL::kXBytes,
+                  full + 8 * s, r_policy);
+      };
+      const int early = min(S, ie - ib);
       int t = ib / KT, kt = ib - t * KT, s = 0;
       uint32_t ph = 0;  // parity of the current use of stage s
       for (int i = ib; i < ie; ++i) {
         if (i - ib >= S) mbar_wait(empty + 8 * s, ph ^ 1);
         const uint32_t bar = full + 8 * s;
+        if (load_w || load_x) mbar_arrive_expect_tx(bar, tx);
+        if (load_x && i - ib >= early) copy_x(s, t, kt);
         if (load_w) {
-          mbar_arrive_expect_tx(bar, tx);
           const int nti = t / p.m_tiles;
           const auto* w = static_cast<const unsigned char*>(p.w) + (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512;
 #pragma unroll
@@ -128,14 +139,22 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, kWgStrips * 32, bar,
                         r_policy);
           }
-        } else {
+        } else if (!load_x) {
           mbar_arrive(bar);
+        }
+        if (load_x && i - ib == early - 1) {
+          grid_dependency_wait();
+          for (int j = ib, jt = ib / KT, jk = ib - jt * KT; j <= i; ++j) {  // stages 0 .. early - 1
+            copy_x(j - ib, jt, jk);
+            if (++jk == KT) jk = 0, ++jt;
+          }
         }
         if (++kt == KT) kt = 0, ++t;
         if (++s == S) s = 0, ph ^= 1;
       }
       return;
     }
+    if (x_image || (ab & kWgNoWait)) return;
     // ---- x: 4-byte cp.async per lane and row; each stage's copies arrive on `full` when they land
     // (the thread never waits for them), so the x warps run as far ahead as the weights ----
     const bool copy_x = !(ab & kWgNoX), old_x = (ab & kWgOldX) != 0;
@@ -180,6 +199,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   }
 
   // ---- consumers ----
+  if (tid - 128 >= consumers) return;  // kWgOneWg: the second warpgroup leaves its strips undone
   regs_alloc<kConsumerRegs>();
   const int cw = warp - 4;     // strip of the tile this warp dequantizes
   const int ctid = tid - 128;  // 0..255
@@ -264,9 +284,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         mine[j] = make_float4(acc[nt][i], acc[nt][i + 1], acc[nt][i + 2], acc[nt][i + 3]);
       }
       __threadfence();
-      named_barrier(kEpilogueBarrier, kWgConsumers);
+      named_barrier(kEpilogueBarrier, consumers);
       if (ctid == 0) s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
-      named_barrier(kEpilogueBarrier, kWgConsumers);
+      named_barrier(kEpilogueBarrier, consumers);
       if (!s_last) return;
       __threadfence();
       // Last to arrive: sum all parts in block order, its own re-read too, so the sum is the same
@@ -345,7 +365,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       const Sharing sh = sharing(t);  // here, where no accumulator is live across its divisions
       zero_acc();
       for (int kt = kt0; kt < kt1; ++kt) {
-        mbar_wait(full + 8 * s, ph);
+        if (!(ab & kWgNoWait)) mbar_wait(full + 8 * s, ph);
         fence_proxy_async();  // x landed through the generic proxy (cp.async), wgmma reads it async
         if constexpr (!kDequant && !kMma) {
           if (lane == 0) mbar_arrive(empty + 8 * s);
@@ -353,12 +373,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
             uint32_t a[2][2][4];  // [k16 step][n16 half]: words q.x, q.y (step 0), q.z, q.w (step 1)
+            const uint4 q = *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(cw, u, lane));
             if constexpr (kDequant) {
               const uint2 sr = *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, cw, gid));
               const uint32_t zb = zp ? *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes +
                                                                           wg_z_offset(u, cw, gid))
                                      : 0x08080808u;
-              const uint4 q = *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(cw, u, lane));
               uint32_t s2[4], nz[4];
               s2[0] = prmt(sr.x, sr.x, 0x1010u);  // duplicate the lower / upper 16 bits (layout.h's r = 0..3)
               s2[1] = prmt(sr.x, sr.x, 0x3232u);
@@ -370,8 +390,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               O::dequant(q.z, s2[0], s2[1], nz[0], nz[1], a[1][0]);
               O::dequant(q.w, s2[2], s2[3], nz[2], nz[3], a[1][1]);
             } else {
+              // The packed words themselves as A fragments: the shared load stays, the
+              // dequantization's arithmetic goes.
 #pragma unroll
-              for (int j = 0; j < 16; ++j) a[j >> 3][(j >> 2) & 1][j & 3] = 0x3C003C00u;  // one register
+              for (int j = 0; j < 4; ++j) {
+                a[0][0][j] = q.x;
+                a[0][1][j] = q.y;
+                a[1][0][j] = q.z;
+                a[1][1][j] = q.w;
+              }
             }
             if constexpr (kMma) {
               fence_operands(acc[0]);
@@ -416,14 +443,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     }
   };
 
-  if constexpr (kMode == kWgOneWg) {
-    if (cw >= 4)
-      consume(std::integral_constant<int, kModeNone>{});
-    else
-      consume(std::integral_constant<int, kModeFull>{});
-  } else {
-    consume(std::integral_constant<int, kMode>{});
-  }
+  consume(std::integral_constant<int, kMode>{});
 }
 
 template <class T, int BM, int kMode>
@@ -477,8 +497,7 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
 #define NIBBLE_CUDA_WGMMA_DIAG_MODES(X, BM) \
   X(BM, kWgNoDequant)                       \
   X(BM, kWgNoMma)                           \
-  X(BM, kModeNone)                          \
-  X(BM, kWgOneWg)
+  X(BM, kModeNone)
 
 }  // namespace
 
