@@ -19,8 +19,8 @@
 // first version's protocols (oldx, oldfix; before = both), one tile per block (nosk), fewer stages
 // (st<N>), or a raw GemmParams::ablate mask (a number). Variants that leave work out are timings
 // only, never checked; the others are checked against cuBLAS like every timed point. Beside them
-// the plugin's own path for v1, v2u2 (M <= 64), s8, l, cublas and the same wg kernel, then one
-// table of every variant at every point.
+// the plugin's own path for v1, v2u2 (M <= 64), s8, l, cublas and the same wg kernel (with
+// wgmma_x=copy and =image), then one table of every variant at every point.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -563,22 +563,26 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       cudaFree(counters);
       cudaFree(ximage);
 
-      // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel.
-      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg}) {
-        const KernelDesc* kd = find_kernel(name);
+      // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel,
+      // the latter with either x path.
+      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg"}) {
+        const bool ximg = std::strcmp(name, "ximg") == 0;
+        const KernelDesc* kd = find_kernel(ximg ? wg : name);
         if (!kd || (kd->family == Family::gemv && m > 64)) continue;
-        set_kernel(name);
+        set_kernel(kd->name);
+        CHECK_API(api->set_option("wgmma_x", ximg ? "image" : "copy", msg, cap));
         CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));
         apply(hs[0], x, y, m, l);
         CHECK_CUDA(cudaDeviceSynchronize());
         const double e = rel_err(y, yref, size_t(m * n));
         const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
-        const std::string row = std::string("plugin:") + name;
-        say("   %-14s %9.1f us  %5.2fx full  relerr %.1e %s\n", row.c_str(), us, full_us > 0 ? us / full_us : 0.0, e,
-            e < 3e-3 ? "check ok" : "<-- WRONG");
+        const std::string row = std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
+        say("   %-14s %9.1f us  %5.2fx full  relerr %.1e %s  %s\n", row.c_str(), us, full_us > 0 ? us / full_us : 0.0,
+            e, e < 3e-3 ? "check ok" : "<-- WRONG", kernel_name(hs[0], m).c_str());
         add_cell(row, col, us);
       }
       set_kernel("auto");
+      CHECK_API(api->set_option("wgmma_x", "copy", msg, cap));
     }
     for (auto h : hs) api->release(h);
     for (auto d : ds) api->dense_release(d);

@@ -6,24 +6,31 @@
 // cores from shared memory through a descriptor. A block of 384 threads owns a tile of 256 output
 // features x BM rows of x and walks K in stages of 64 through a ring of shared-memory stages
 // (wgmma_layout.h has the images):
-//   warpgroup 0, the producer (40 registers per thread after setmaxnreg):
+//   warpgroup 0, the producer (56 registers per thread after setmaxnreg):
 //     warp 0, one lane: per stage one bulk copy per strip (the strip's 2 units, 1 KiB, L2
 //       evict-first when the weights are read once) and one per unit for the scale and zero
-//       records, all completing as transaction bytes on the stage's `full` mbarrier;
-//     warps 1-3: x, 4 bytes per lane with cp.async (zero-filled past M and K), stored in the
-//       mma's K order and the 128-byte swizzle; a thread waits for its own copies a few stages
-//       later (cp.async.wait_group), fences them into the async proxy and arrives on `full`.
-//   warpgroups 1 and 2, the consumers (232 registers): each warp owns one strip. Per unit it reads
-//     its 16-byte word and the records from shared memory, dequantizes 4 A fragments exactly as
-//     the mma.sync kernels do (Ops<T>), and the warpgroup issues 4 wgmma m64nBMk16 (2 k16 steps x
-//     2 n16 halves of its 4 strips) as one group; the next unit's dequantization overlaps that
-//     group, and a stage is handed back (`empty` mbarrier, one arrival per warp) once the wgmma
-//     groups that read it have completed.
+//       records, all completing as transaction bytes on the stage's `full` mbarrier; with an x
+//       image (GemmParams::x_image, laid out by launch_wgmma_x_image) also the stage's x tile;
+//     warps 1-3 (without an x image): x, 4 bytes per lane with cp.async (zero-filled past M and
+//       K), stored in the mma's K order and the 128-byte swizzle; each thread's copies of a stage
+//       arrive on `full` when they land (cp.async.mbarrier.arrive.noinc), so it never waits for
+//       them and runs as far ahead as the ring allows.
+//   warpgroups 1 and 2, the consumers (224 registers): each warp owns one strip. After a stage's
+//     `full` wait a thread fences the stage into the async proxy (x landed through the generic
+//     one). Per unit it reads its 16-byte word and the records from shared memory, dequantizes 4 A
+//     fragments exactly as the mma.sync kernels do (Ops<T>), and the warpgroup issues 4 wgmma
+//     m64nBMk16 (2 k16 steps x 2 n16 halves of its 4 strips) as one group; the next unit's
+//     dequantization overlaps that group, and a stage is handed back (`empty` mbarrier, one
+//     arrival per warp) once the wgmma groups that read it have completed.
 // The grid is persistent and stream-K: at most one block per SM, each owning an equal contiguous
 // range of (tile, k stage) items; a tile split between blocks is summed in block order by the last
-// to arrive (fp32 partials, deterministic), the bias is added and y written from the accumulators.
-// Launched as a programmatic dependent (PDL), the first stages' weights are requested before the
-// wait for the previous kernel; x, the partials, the counters and y are touched after it.
+// to arrive (fp32 partials, deterministic; up to 8 parts' loads in flight), the bias is added and
+// y written. Launched as a programmatic dependent (PDL), the first stages' weights are requested
+// before the wait for the previous kernel; x, the partials, the counters and y are touched after.
+//
+// GemmParams::ablate and ::stages (zero in the plugin) select the diagnostics of bench_kernels
+// --wgmma-diag (WgAblate in kernel_params.h): the consumer modes as separate instances
+// (launch_wgmma_diag), everything else as run-time branches outside the consumers' wgmma loop.
 #include <algorithm>
 #include <type_traits>
 

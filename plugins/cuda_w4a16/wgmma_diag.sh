@@ -11,7 +11,8 @@
 #      local memory (LDL/STL), WARPGROUP.DEPBAR/ARRIVE (where ptxas waits for wgmma groups), the
 #      mbarrier and cp.async instructions; the SASS of the fp16 BM 16 production kernel
 #   2. in parallel: test_conformance with wg16, wg32, wg64, wg128 forced (NIBBLE_CUDA_KERNEL +
-#      NIBBLE_TEST_REQUIRE_KERNEL) and with the automatic choice
+#      NIBBLE_TEST_REQUIRE_KERNEL), each with either x path (NIBBLE_CUDA_WGMMA_X=copy, the default,
+#      and =image), and with the automatic choice
 #   3. bench_kernels --wgmma-diag on 4096x4096, 8192x8192, 8192x57344 at M = 16, 64, 256, 4096:
 #      the wgmma kernel and each variant of NIBBLE_CUDA_WGMMA_ABLATE (bench_kernels.cu lists
 #      them; docs/cuda.md says what each should show), then v1, v2u2 (M <= 64), s8, l, cublas and
@@ -89,7 +90,10 @@ run_conf() {  # name, environment...
   (env "$@" NIBBLE_TEST_BACKEND=cuda_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$P timeout 150 "$CONF" > "$TMP/conf.$name" 2>&1
    echo "exit=$?" >> "$TMP/conf.$name") &
 }
-for k in wg16 wg32 wg64 wg128; do run_conf "$k" NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KERNEL=$k; done
+for k in wg16 wg32 wg64 wg128; do
+  run_conf "$k" NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KERNEL=$k
+  run_conf "$k.ximg" NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KERNEL=$k NIBBLE_CUDA_WGMMA_X=image
+done
 run_conf auto NIBBLE_CUDA_KERNEL=auto
 wait
 {
