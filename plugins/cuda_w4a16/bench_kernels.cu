@@ -15,9 +15,10 @@
 // --wgmma-diag (sm_90 only): the wgmma kernel launched directly on weights packed here by the
 // plugin's own repack kernels, once per variant named in NIBBLE_CUDA_WGMMA_ABLATE (a comma list of
 // '+'-joined tokens, default kDiagVariants below): parts left out (nodeq, nomma, onewg, nox, now,
-// noepi; ring = only the weight stream through the mbarrier ring, xring = only the x stream), the
-// first version's protocols (oldx, oldfix; before = both), one tile per block (nosk), fewer stages
-// (st<N>), or a raw GemmParams::ablate mask (a number). Variants that leave work out are timings
+// noepi, nowait; ring = only the weight stream through the mbarrier ring, xring = only the x
+// stream), the first version's protocols (oldx, oldfix; before = both), candidates (deep: two
+// wgmma groups in flight; ximg: the x image), one tile per block (nosk), fewer stages (st<N>), or a
+// raw GemmParams::ablate mask (a number). Variants that leave work out are timings
 // only, never checked; the others are checked against cuBLAS like every timed point. Beside them
 // the plugin's own path for v1, v2u2 (M <= 64), s8, l, cublas and the same wg kernel (with
 // wgmma_x=copy and =image), then one table of every variant at every point.
@@ -274,7 +275,7 @@ std::vector<int64_t> parse_list(const char* s) {
 
 const char* const kDiagVariants =
     "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nowait,nowait+nodeq,nowait+nomma,"
-    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma";
+    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma,deep,deep+ximg";
 
 struct DiagVariant {
   std::string name;
@@ -313,13 +314,14 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     else if (t == "nosk") v->nosk = true;
     else if (t == "ximg") v->ximg = true;
     else if (t == "nowait") v->ablate |= kWgNoWait;
+    else if (t == "deep") v->ablate |= kWgDeep;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec +
-             "' (known: full nodeq nomma onewg nox now noepi nowait oldx oldfix before ring xring nosk ximg st<N> <mask>)";
+             "' (known: full nodeq nomma onewg nox now noepi nowait oldx oldfix before deep ring xring nosk ximg st<N> <mask>)";
       return false;
     }
   }

@@ -73,7 +73,7 @@ struct GemmParams {
 
 /// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
 /// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result
-/// the way the first version did (the before of the change they name).
+/// the way the first version did (the before of the change they name), kWgDeep a candidate.
 enum WgAblate : int32_t {
   kWgNoDequant = 1 << 0,   // consumers feed the packed words as A fragments (no dequantization)
   kWgNoMma = 1 << 1,       // consumers dequantize but issue no wgmma
@@ -84,9 +84,11 @@ enum WgAblate : int32_t {
   kWgOldX = 1 << 6,        // x arrivals as first written: each thread waits for its copies a lag later
   kWgOldFixup = 1 << 7,    // the fix-up sums one part at a time (one L2 round trip per part)
   kWgNoWait = 1 << 8,      // producers copy nothing; consumers never wait for a stage (compute only)
-  // Consumer modes (these two bits) are compiled kernel instances (fp16, BM 16, 64, 128 only), the
-  // rest run-time branches outside the consumers' wgmma loop.
-  kWgConsumerBits = kWgNoDequant | kWgNoMma,
+  kWgDeep = 1 << 9,        // two wgmma groups in flight while dequantizing, not one (right result)
+  // Consumer modes (these bits; of them only kWgNoDequant and kWgNoMma together) are compiled
+  // kernel instances (fp16, BM 16, 64, 128 only), the rest run-time branches outside the
+  // consumers' wgmma loop.
+  kWgConsumerBits = kWgNoDequant | kWgNoMma | kWgDeep,
 };
 
 }  // namespace nibble::cuda

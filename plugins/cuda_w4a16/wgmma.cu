@@ -242,6 +242,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   auto consume = [&](auto mode_tag) {
     constexpr int kM = decltype(mode_tag)::value;
     constexpr bool kDequant = !(kM & kWgNoDequant), kMma = !(kM & kWgNoMma);
+    // Groups left in flight while the next unit is dequantized; with two (kWgDeep) the previous
+    // stage's last group may still run at unit 0, so that stage goes back one unit later.
+    constexpr int kInFlight = (kM & kWgDeep) ? 2 : 1, kReleaseUnit = kInFlight - 1;
     float acc[2][TL::kAcc];  // [n16 half][m64nBM accumulator]
     auto zero_acc = [&]() {
 #pragma unroll
@@ -418,7 +421,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
                 Wgmma<T, BM>::mma(acc[1], a[ks][1], desc);
               }
               wgmma_commit();
-              wgmma_wait<1>();  // the group before this one is done: its registers and stage are free
+              wgmma_wait<kInFlight>();  // older groups are done: their registers and stages are free
               fence_operands(acc[0]);
               fence_operands(acc[1]);
             } else {
@@ -428,7 +431,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               for (int j = 0; j < 16; ++j) f ^= a[j >> 3][(j >> 2) & 1][j & 3];
               acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ f);
             }
-            if (u == 0 && prev >= 0) {
+            if (u == kReleaseUnit && prev >= 0) {
               if (lane == 0) mbar_arrive(empty + 8 * prev);
               prev = -1;
             }
@@ -504,7 +507,8 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
 #define NIBBLE_CUDA_WGMMA_DIAG_MODES(X, BM) \
   X(BM, kWgNoDequant)                       \
   X(BM, kWgNoMma)                           \
-  X(BM, kModeNone)
+  X(BM, kModeNone)                          \
+  X(BM, kWgDeep)
 
 }  // namespace
 
