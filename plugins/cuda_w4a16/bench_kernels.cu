@@ -26,10 +26,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cctype>
-#include <cstdarg>
+#include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -291,8 +291,26 @@ constexpr int32_t kWgLeavesWorkOut = nibble::cuda::kWgNoDequant | nibble::cuda::
                                      nibble::cuda::kWgOneWg | nibble::cuda::kWgNoX | nibble::cuda::kWgNoW |
                                      nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait;
 
+// The tokens that set GemmParams::ablate bits.
+const std::pair<const char*, int32_t> kDiagTokens[] = {
+    {"nodeq", nibble::cuda::kWgNoDequant},
+    {"nomma", nibble::cuda::kWgNoMma},
+    {"onewg", nibble::cuda::kWgOneWg},
+    {"nox", nibble::cuda::kWgNoX},
+    {"now", nibble::cuda::kWgNoW},
+    {"noepi", nibble::cuda::kWgNoEpilogue},
+    {"nowait", nibble::cuda::kWgNoWait},
+    {"oldx", nibble::cuda::kWgOldX},
+    {"oldfix", nibble::cuda::kWgOldFixup},
+    {"before", nibble::cuda::kWgOldX | nibble::cuda::kWgOldFixup},
+    {"deep", nibble::cuda::kWgDeep},
+    {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
+                 nibble::cuda::kWgNoEpilogue},
+    {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
+                  nibble::cuda::kWgNoEpilogue},
+};
+
 bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
-  using namespace nibble::cuda;
   v->name = spec;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -300,28 +318,22 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     const std::string t = spec.substr(pos, end - pos);
     pos = end + 1;
     if (t == "full") continue;
-    if (t == "nodeq") v->ablate |= kWgNoDequant;
-    else if (t == "nomma") v->ablate |= kWgNoMma;
-    else if (t == "onewg") v->ablate |= kWgOneWg;
-    else if (t == "nox") v->ablate |= kWgNoX;
-    else if (t == "now") v->ablate |= kWgNoW;
-    else if (t == "noepi") v->ablate |= kWgNoEpilogue;
-    else if (t == "oldx") v->ablate |= kWgOldX;
-    else if (t == "oldfix") v->ablate |= kWgOldFixup;
-    else if (t == "before") v->ablate |= kWgOldX | kWgOldFixup;
-    else if (t == "ring") v->ablate |= kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue;
-    else if (t == "xring") v->ablate |= kWgNoDequant | kWgNoMma | kWgNoW | kWgNoEpilogue;
-    else if (t == "nosk") v->nosk = true;
-    else if (t == "ximg") v->ximg = true;
-    else if (t == "nowait") v->ablate |= kWgNoWait;
-    else if (t == "deep") v->ablate |= kWgDeep;
+    bool named = false;
+    for (const auto& [name, bits] : kDiagTokens)
+      if (t == name) v->ablate |= bits, named = true;
+    if (named) continue;
+    if (t == "nosk")
+      v->nosk = true;
+    else if (t == "ximg")
+      v->ximg = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
-      *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec +
-             "' (known: full nodeq nomma onewg nox now noepi nowait oldx oldfix before deep ring xring nosk ximg st<N> <mask>)";
+      *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
+      for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
+      *why += " nosk ximg st<N> <mask>)";
       return false;
     }
   }
@@ -353,8 +365,8 @@ std::vector<DiagVariant> diag_variants() {
 void list_diag_variants() {
   say("wgmma variants (NIBBLE_CUDA_WGMMA_ABLATE):");
   for (const auto& v : diag_variants())
-    say(" %s(ablate=0x%x%s%s%s)", v.name.c_str(), unsigned(v.ablate), v.nosk ? ",nosk" : "", v.ximg ? ",ximg" : "",
-        v.stages ? (",st" + std::to_string(v.stages)).c_str() : "");
+    say(" %s(ablate=0x%x%s%s%s)", v.name.c_str(), unsigned(v.ablate), v.nosk ? ",nosk" : "",
+        v.ximg ? ",ximg" : "", v.stages ? (",st" + std::to_string(v.stages)).c_str() : "");
   say("\n");
 }
 
@@ -394,7 +406,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
     if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
     if (std::find(cols.begin(), cols.end(), col) == cols.end()) cols.push_back(col);
   };
-  say("\n== wgmma diagnostics: uint4b8, G=128, fp16; median us of per-call CUDA events; weights rotated past L2 ==\n");
+  say("\n== wgmma diagnostics: uint4b8, G=128, fp16; median us of per-call CUDA events; weights rotated past "
+      "L2 ==\n");
 
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   int64_t max_k = 0, max_n = 0;
@@ -433,10 +446,11 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
     for (auto& c : pk) {
       CHECK_CUDA(cudaMalloc(&c.w, size_t(lp.strips) * size_t(lp.ku) * 512));
       CHECK_CUDA(cudaMalloc(&c.srec, size_t(lp.groups_pad) * size_t(lp.strips) * 64));
-      CHECK_CUDA(launch_repack_weights(static_cast<const uint32_t*>(d_qw), k, n, nullptr, lp.strips, lp.ku, c.w,
-                                       nullptr));
-      CHECK_CUDA(launch_repack_records(d_sc, NIBBLE_DTYPE_F16, nullptr, n, static_cast<const int32_t*>(d_gmap),
-                                       lp.groups_pad, lp.strips, Act::f16, c.srec, nullptr, nullptr));
+      CHECK_CUDA(launch_repack_weights(static_cast<const uint32_t*>(d_qw), k, n, nullptr, lp.strips, lp.ku,
+                                       c.w, nullptr));
+      CHECK_CUDA(launch_repack_records(d_sc, NIBBLE_DTYPE_F16, nullptr, n,
+                                       static_cast<const int32_t*>(d_gmap), lp.groups_pad, lp.strips,
+                                       Act::f16, c.srec, nullptr, nullptr));
     }
     CHECK_CUDA(cudaDeviceSynchronize());
     cudaFree(d_qw);
@@ -523,7 +537,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
           if (v.ximg) {
-            const cudaError_t e = launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
+            const cudaError_t e =
+                launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
             if (e != cudaSuccess) return e;
           }
           return launch_wgmma_diag(id, Act::f16, gp, grid, nullptr);
@@ -551,13 +566,14 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
         const int32_t out = v.ablate & kWgLeavesWorkOut;
         char extra[96] = "";
         if (out == (kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue))
-          std::snprintf(extra, sizeof extra, "  weights through the ring: %.0f GB/s", wbytes / (us * 1e-6) / 1e9);
+          std::snprintf(extra, sizeof extra, "  weights through the ring: %.0f GB/s",
+                        wbytes / (us * 1e-6) / 1e9);
         else if (out == (kWgNoDequant | kWgNoMma | kWgNoW | kWgNoEpilogue))
           std::snprintf(extra, sizeof extra, "  x through the ring: %.0f GB/s", xbytes / (us * 1e-6) / 1e9);
         else if (out == kWgNoWait)
           std::snprintf(extra, sizeof extra, "  consumers alone: %.0f TFLOP/s", mma / (us * 1e-6) / 1e12);
-        say("   %-14s %9.1f us  %5.2fx full  grid %5d  %s%s\n", v.name.c_str(), us, full_us > 0 ? us / full_us : 0.0,
-            grid, verdict.c_str(), extra);
+        say("   %-14s %9.1f us  %5.2fx full  grid %5d  %s%s\n", v.name.c_str(), us,
+            full_us > 0 ? us / full_us : 0.0, grid, verdict.c_str(), extra);
         add_cell(v.name, col, us);
       }
       CHECK_CUDA(cudaMemset(counters, 0, size_t(tiles) * 4));
@@ -578,9 +594,11 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
         CHECK_CUDA(cudaDeviceSynchronize());
         const double e = rel_err(y, yref, size_t(m * n));
         const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
-        const std::string row = std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
-        say("   %-14s %9.1f us  %5.2fx full  relerr %.1e %s  %s\n", row.c_str(), us, full_us > 0 ? us / full_us : 0.0,
-            e, e < 3e-3 ? "check ok" : "<-- WRONG", kernel_name(hs[0], m).c_str());
+        const std::string row =
+            std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
+        say("   %-14s %9.1f us  %5.2fx full  relerr %.1e %s  %s\n", row.c_str(), us,
+            full_us > 0 ? us / full_us : 0.0, e, e < 3e-3 ? "check ok" : "<-- WRONG",
+            kernel_name(hs[0], m).c_str());
         add_cell(row, col, us);
       }
       set_kernel("auto");
@@ -658,7 +676,8 @@ int main(int argc, char** argv) {
     else if (a == "--sweep") sweep = true;
     else if (a == "--check") check = true;
     else if (a == "--no-time") timings = false;
-    else if (a == "--wgmma-diag") wgmma_diag = true;
+    else if (a == "--wgmma-diag")
+      wgmma_diag = true;
     else if (a == "--out" && i + 1 < argc) out_file = std::fopen(argv[++i], "w");
     else if (a == "--m" && i + 1 < argc) ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -672,7 +691,10 @@ int main(int argc, char** argv) {
         if (*p) ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--out FILE] [--shapes KxN,...] [--m M,...]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--out FILE] "
+                   "[--shapes KxN,...] [--m M,...]\n",
+                   argv[0]);
       return 1;
     }
   }

@@ -70,13 +70,27 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
 // cp.async.wait_group with a run-time count (0..6; more waits as for 6).
 __device__ __forceinline__ void cp_async_wait_upto6(int n) {
   switch (n) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    case 0:
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+      break;
+    case 1:
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      break;
+    case 2:
+      asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+      break;
+    case 3:
+      asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+      break;
+    case 4:
+      asm volatile("cp.async.wait_group 4;\n" ::: "memory");
+      break;
+    case 5:
+      asm volatile("cp.async.wait_group 5;\n" ::: "memory");
+      break;
+    default:
+      asm volatile("cp.async.wait_group 6;\n" ::: "memory");
+      break;
   }
 }
 // Generic-proxy writes to shared memory (this thread's, or other threads' that an mbarrier wait

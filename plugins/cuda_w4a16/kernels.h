@@ -64,8 +64,8 @@ cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uin
 /// bytes in the mma's K order and the 128-byte swizzle) at out + (mt * kt + ks) * bm * 128, zero
 /// past `m` rows and `kx` columns; m_tiles * kt * bm * 128 bytes. x: act dtype [m][ldx] (ldx and kx
 /// even).
-cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm, int32_t m_tiles,
-                                 int32_t kt, void* out, cudaStream_t stream);
+cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
+                                 int32_t m_tiles, int32_t kt, void* out, cudaStream_t stream);
 
 /// y[m][n] += bias[n] (act dtype).
 cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream);

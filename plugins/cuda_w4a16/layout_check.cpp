@@ -304,8 +304,9 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
       int ks, r, p;
       wg_x_image_word(idx, BM, KT, &mt, &ks, &r, &p);
       const int64_t m = mt * BM + r, k = int64_t(ks) * kTileK + 2 * p;
-      const uint32_t v = m < M ? (uint32_t(xp[size_t(m) * k_pad + k]) | (uint32_t(xp[size_t(m) * k_pad + k + 1]) << 16))
-                               : 0u;
+      const uint32_t v =
+          m < M ? (uint32_t(xp[size_t(m) * k_pad + k]) | (uint32_t(xp[size_t(m) * k_pad + k + 1]) << 16))
+                : 0u;
       std::memcpy(&image[size_t(wg_x_image_tile(mt, ks, KT, BM) + wg_x_offset(r, p))], &v, 4);
     }
     int image_bad = 0;

@@ -144,7 +144,8 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.wgmma_x_image = value == "image";
     return NIBBLE_OK;
   }
-  *why = "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x)";
+  *why =
+      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 

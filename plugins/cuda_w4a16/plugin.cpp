@@ -181,9 +181,9 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
 // ---- per-stream workspace --------------------------------------------------------------------------
 
 // Scratch that apply() needs on a stream: gathered x, the wgmma kernels' x image, stream-K partial
-// tiles and arrival counters, and the dense temporary of the cuBLAS path. One per (device, stream): launches on one stream run
-// in order, so they may share it; different streams get different ones, so concurrent apply() on
-// one prepared weight is safe. Grows (after synchronizing its stream) and never shrinks.
+// tiles and arrival counters, and the dense temporary of the cuBLAS path. One per (device, stream): launches
+// on one stream run in order, so they may share it; different streams get different ones, so concurrent
+// apply() on one prepared weight is safe. Grows (after synchronizing its stream) and never shrinks.
 struct Workspace {
   std::mutex mu;  // held from buffer lookup to launch
   DeviceBuffer xbuf, ximage, partials, counters, dense;

@@ -144,8 +144,8 @@ int blocks_for(int64_t threads, int per_block = 256) { return int((threads + per
 // x tile of (m tile, k stage), read coalesced from x and stored where the wgmma kernel's own copies
 // would put it (wg_x_offset: the mma's K order and the 128-byte swizzle, inside the same 128-byte
 // row, so the stores stay coalesced too).
-__global__ void wgmma_x_image_kernel(const uint32_t* __restrict__ x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
-                                     int32_t kt, int64_t words, unsigned char* __restrict__ out) {
+__global__ void wgmma_x_image_kernel(const uint32_t* __restrict__ x, int64_t ldx, int64_t kx, int32_t m,
+                                     int32_t bm, int32_t kt, int64_t words, unsigned char* __restrict__ out) {
   grid_launch_dependents();  // the matmul may start its weight copies while this runs
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= words) return;
@@ -159,12 +159,12 @@ __global__ void wgmma_x_image_kernel(const uint32_t* __restrict__ x, int64_t ldx
 
 }  // namespace
 
-cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm, int32_t m_tiles,
-                                 int32_t kt, void* out, cudaStream_t stream) {
+cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
+                                 int32_t m_tiles, int32_t kt, void* out, cudaStream_t stream) {
   const int64_t words = int64_t(m_tiles) * kt * bm * 32;
   if (words >> 36) return cudaErrorInvalidValue;  // wg_x_image_word's 32-bit row index
-  wgmma_x_image_kernel<<<blocks_for(words), 256, 0, stream>>>(static_cast<const uint32_t*>(x), ldx, kx, m, bm, kt,
-                                                              words, static_cast<unsigned char*>(out));
+  wgmma_x_image_kernel<<<blocks_for(words), 256, 0, stream>>>(static_cast<const uint32_t*>(x), ldx, kx, m, bm,
+                                                              kt, words, static_cast<unsigned char*>(out));
   return cudaGetLastError();
 }
 

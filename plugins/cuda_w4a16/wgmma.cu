@@ -133,18 +133,22 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         if (load_x && i - ib >= early) copy_x(s, t, kt);
         if (load_w) {
           const int nti = t / p.m_tiles;
-          const auto* w = static_cast<const unsigned char*>(p.w) + (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512;
+          const auto* w =
+              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512;
 #pragma unroll
           for (int j = 0; j < kWgStrips; ++j)
-            bulk_copy(sw + s * TL::kWBytes + wg_w_offset(j, 0, 0), w + int64_t(j) * p.ku * 512, 1024, bar, w_policy);
+            bulk_copy(sw + s * TL::kWBytes + wg_w_offset(j, 0, 0), w + int64_t(j) * p.ku * 512, 1024, bar,
+                      w_policy);
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
-            const int64_t rec = int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * kWgStrips;
+            const int64_t rec =
+                int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * kWgStrips;
             bulk_copy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0),
-                      static_cast<const unsigned char*>(p.scale_rec) + rec * 64, kWgStrips * 64, bar, r_policy);
+                      static_cast<const unsigned char*>(p.scale_rec) + rec * 64, kWgStrips * 64, bar,
+                      r_policy);
             if (zp)
-              bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, kWgStrips * 32, bar,
-                        r_policy);
+              bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, kWgStrips * 32,
+                        bar, r_policy);
           }
         } else if (!load_x) {
           mbar_arrive(bar);
@@ -287,7 +291,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
             p.partials + ((b == bf ? sh.slot_bf : 2 * b) * kWgConsumers + ctid) * (2 * TL::kAcc));
       };
       // [slot][consumer thread][2 * kAcc]: each thread's own accumulators, 16-byte accesses.
-      float4* mine = reinterpret_cast<float4*>(p.partials + (sh.slot_mine * kWgConsumers + ctid) * (2 * TL::kAcc));
+      float4* mine =
+          reinterpret_cast<float4*>(p.partials + (sh.slot_mine * kWgConsumers + ctid) * (2 * TL::kAcc));
 #pragma unroll
       for (int j = 0; j < TL::kAcc / 2; ++j) {
         const int e = 4 * j, nt = e / TL::kAcc, i = e % TL::kAcc;
@@ -383,12 +388,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
             uint32_t a[2][2][4];  // [k16 step][n16 half]: words q.x, q.y (step 0), q.z, q.w (step 1)
-            const uint4 q = *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(cw, u, lane));
+            const uint4 q =
+                *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(cw, u, lane));
             if constexpr (kDequant) {
-              const uint2 sr = *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, cw, gid));
-              const uint32_t zb = zp ? *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes +
-                                                                          wg_z_offset(u, cw, gid))
-                                     : 0x08080808u;
+              const uint2 sr =
+                  *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, cw, gid));
+              const uint32_t zb =
+                  zp ? *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes + wg_z_offset(u, cw, gid))
+                     : 0x08080808u;
               uint32_t s2[4], nz[4];
               s2[0] = prmt(sr.x, sr.x, 0x1010u);  // duplicate the lower / upper 16 bits (layout.h's r = 0..3)
               s2[1] = prmt(sr.x, sr.x, 0x3232u);
@@ -523,9 +530,9 @@ cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms) {
 }
 
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream) {
-#define NIBBLE_LAUNCH_WG(kid, BM)                                                    \
-  case kid:                                                                          \
-    return act == Act::f16 ? launch_wg<__half, BM, kModeFull>(p, grid, stream)       \
+#define NIBBLE_LAUNCH_WG(kid, BM)                                              \
+  case kid:                                                                    \
+    return act == Act::f16 ? launch_wg<__half, BM, kModeFull>(p, grid, stream) \
                            : launch_wg<__nv_bfloat16, BM, kModeFull>(p, grid, stream);
   switch (id) {
     NIBBLE_CUDA_WGMMA_VARIANTS(NIBBLE_LAUNCH_WG)
@@ -551,10 +558,10 @@ cudaError_t launch_wgmma_diag(KernelId id, Act act, const GemmParams& p, int gri
   if (act != Act::f16) return cudaErrorNotSupported;
 #define NIBBLE_DIAG_LAUNCH_MODE(BM, m) \
   if (mode == (m)) return launch_wg<__half, BM, m>(p, grid, stream);
-#define NIBBLE_DIAG_LAUNCH_TILE(kid, BM)                         \
-  if (id == (kid)) {                                             \
-    NIBBLE_CUDA_WGMMA_DIAG_MODES(NIBBLE_DIAG_LAUNCH_MODE, BM)    \
-    return cudaErrorNotSupported;                                \
+#define NIBBLE_DIAG_LAUNCH_TILE(kid, BM)                      \
+  if (id == (kid)) {                                          \
+    NIBBLE_CUDA_WGMMA_DIAG_MODES(NIBBLE_DIAG_LAUNCH_MODE, BM) \
+    return cudaErrorNotSupported;                             \
   }
   NIBBLE_CUDA_WGMMA_DIAG_TILES(NIBBLE_DIAG_LAUNCH_TILE)
 #undef NIBBLE_DIAG_LAUNCH_TILE
