@@ -271,11 +271,12 @@ std::vector<int64_t> parse_list(const char* s) {
 }
 
 // ---- --wgmma-diag -----------------------------------------------------------------------------
-#if defined(NIBBLE_CUDA_WGMMA)
 
 const char* const kDiagVariants =
     "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nowait,nowait+nodeq,nowait+nomma,"
     "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma,deep,deep+ximg";
+
+#if defined(NIBBLE_CUDA_WGMMA)
 
 struct DiagVariant {
   std::string name;
@@ -357,6 +358,10 @@ std::vector<DiagVariant> diag_variants() {
       std::exit(1);
     }
     out.push_back(v);
+  }
+  if (out.empty()) {
+    std::fprintf(stderr, "NIBBLE_CUDA_WGMMA_ABLATE: no variant in '%s'\n", list.c_str());
+    std::exit(1);
   }
   return out;
 }
@@ -558,7 +563,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           verdict = b;
         }
         const double us = time_calls([&](int i) { CHECK_CUDA(launch(i)); }, reps);
-        if (v.ablate == 0 && v.stages == 0 && !v.nosk && !v.ximg) full_us = us;
+        if (&v == &variants.front()) full_us = us;  // the reference of the ratios: full by default
         // Rates of the streams a variant keeps: weights and records (each read once), x (read once
         // per n tile, M rounded up to the tile), the tensor-core work (M rounded up too).
         const double xbytes = double(plan.n_tiles) * plan.m_tiles * ki.bm * double(lp.k_pad) * 2;
@@ -572,7 +577,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           std::snprintf(extra, sizeof extra, "  x through the ring: %.0f GB/s", xbytes / (us * 1e-6) / 1e9);
         else if (out == kWgNoWait)
           std::snprintf(extra, sizeof extra, "  consumers alone: %.0f TFLOP/s", mma / (us * 1e-6) / 1e12);
-        say("   %-14s %9.1f us  %5.2fx full  grid %5d  %s%s\n", v.name.c_str(), us,
+        say("   %-14s %9.1f us  %5.2fx ref   grid %5d  %s%s\n", v.name.c_str(), us,
             full_us > 0 ? us / full_us : 0.0, grid, verdict.c_str(), extra);
         add_cell(v.name, col, us);
       }
@@ -596,7 +601,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
         const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
         const std::string row =
             std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
-        say("   %-14s %9.1f us  %5.2fx full  relerr %.1e %s  %s\n", row.c_str(), us,
+        say("   %-14s %9.1f us  %5.2fx ref   relerr %.1e %s  %s\n", row.c_str(), us,
             full_us > 0 ? us / full_us : 0.0, e, e < 3e-3 ? "check ok" : "<-- WRONG",
             kernel_name(hs[0], m).c_str());
         add_cell(row, col, us);
@@ -632,8 +637,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
     }
     say("\n");
   }
-  // The same as time over the full kernel's at the point (above 1: the variant is slower).
-  say("\n== wgmma diagnostics, time / full kernel's time ==\n%-16s", "variant");
+  // The same as time over the first variant's (full by default) at the point (above 1: slower).
+  say("\n== wgmma diagnostics, time / %s's time ==\n%-16s", variants.front().name.c_str(), "variant");
   for (const auto& c : cols) say(" %16s", c.c_str());
   say("\n");
   auto cell = [&](const std::string& r, const std::string& c) {
@@ -644,7 +649,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
   for (const auto& r : rows) {
     say("%-16s", r.c_str());
     for (const auto& c : cols) {
-      const double us = cell(r, c), full = cell("full", c);
+      const double us = cell(r, c), full = cell(variants.front().name, c);
       if (us < 0 || full <= 0)
         say(" %16s", "-");
       else
@@ -666,7 +671,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>&, const std::v
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, sweep = false, check = false, timings = true, wgmma_diag = false;
+  bool quick = false, sweep = false, check = false, timings = true, wgmma_diag = false, wgmma_list = false;
   std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 6144}, {4096, 4096}, {4096, 28672}, {14336, 4096},
                                                      {8192, 10240}, {8192, 8192}, {8192, 57344}, {28672, 8192}};
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
@@ -678,6 +683,8 @@ int main(int argc, char** argv) {
     else if (a == "--no-time") timings = false;
     else if (a == "--wgmma-diag")
       wgmma_diag = true;
+    else if (a == "--wgmma-variants")
+      wgmma_list = true;
     else if (a == "--out" && i + 1 < argc) out_file = std::fopen(argv[++i], "w");
     else if (a == "--m" && i + 1 < argc) ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -692,11 +699,15 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--out FILE] "
-                   "[--shapes KxN,...] [--m M,...]\n",
+                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--wgmma-variants] "
+                   "[--out FILE] [--shapes KxN,...] [--m M,...]\n",
                    argv[0]);
       return 1;
     }
+  }
+  if (wgmma_list) {  // the default variants, for scripts that derive other lists from them
+    std::printf("variants: %s\n", kDiagVariants);
+    return 0;
   }
   if (wgmma_diag) list_diag_variants();
   api = nibble::cuda::entry(NIBBLE_ABI_VERSION);

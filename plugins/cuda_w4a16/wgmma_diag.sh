@@ -107,7 +107,18 @@ for f in "$TMP"/conf.*; do
   say "   ${f##*/conf.}: $(grep -m1 'cases checked' "$f" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$f")"
 done
 
-# 3. The diagnostics (the GPU to itself from here on).
+# 3. The diagnostics (the GPU to itself from here on). A first short run of the kernel as it is
+# (its x arrivals are new: an error there ends the process, and with it every later variant); if
+# that fails, every variant of the long run gets the first version's x protocol (oldx) added.
+smoke=$(NIBBLE_CUDA_WGMMA_ABLATE=full timeout 60 "$BK" --wgmma-diag --shapes 4096x4096 --m 16,4096 2>&1)
+if [ $? -eq 0 ] && ! grep -q WRONG <<< "$smoke"; then
+  say "-- smoke run of the kernel as it is: ok"
+else
+  say "-- smoke run of the kernel as it is FAILED; every variant below runs with oldx added:"
+  tail -4 <<< "$smoke" | tee -a "$S"
+  list=$("$BK" --wgmma-variants | sed -n 's/^variants: //p')
+  export NIBBLE_CUDA_WGMMA_ABLATE=$(tr ',' '\n' <<< "$list" | sed 's/$/+oldx/' | paste -sd, -)
+fi
 if [ "$(left)" -gt 30 ]; then
   timeout $(( $(left) - 10 )) "$BK" --wgmma-diag --shapes 4096x4096,8192x8192,8192x57344 --m 16,64,256,4096 \
     --out "$OUT/diag.txt" > "$TMP/diag.stdout" 2>&1
