@@ -11,13 +11,25 @@
 // nominal 4.24 TB/s and 691 TFLOP/s of PERF.md), % of roofline and the ratio to cuBLAS fp16.
 // Every timed configuration is first checked against cuBLAS on the host-dequantized weights
 // (relative error norm), and --check runs every kernel variant on odd M against it too.
+//
+// --wgmma-diag (sm_90 only): the wgmma kernel launched directly on weights packed here by the
+// plugin's own repack kernels, once per variant named in NIBBLE_CUDA_WGMMA_ABLATE (a comma list of
+// '+'-joined tokens, default kDiagVariants below): parts left out (nodeq, nomma, onewg, nox, now,
+// noepi, nowait; ring = only the weight stream through the mbarrier ring, xring = only the x
+// stream), the first version's protocols (oldx, oldfix; before = both), candidates (deep: two
+// wgmma groups in flight; ximg: the x image), one tile per block (nosk), fewer stages (st<N>), or a
+// raw GemmParams::ablate mask (a number). Variants that leave work out are timings
+// only, never checked; the others are checked against cuBLAS like every timed point. Beside them
+// the plugin's own path for v1, v2u2 (M <= 64), s8, l, cublas and the same wg kernel (with
+// wgmma_x=copy and =image), then one table of every variant at every point.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "kernels.h"
+#include "layout_plan.h"
 #include "nibble/plugin_abi.h"
 #include "plan.h"
 
@@ -256,10 +270,408 @@ std::vector<int64_t> parse_list(const char* s) {
   return v;
 }
 
+// ---- --wgmma-diag -----------------------------------------------------------------------------
+
+const char* const kDiagVariants =
+    "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nowait,nowait+nodeq,nowait+nomma,"
+    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma,deep,deep+ximg";
+
+#if defined(NIBBLE_CUDA_WGMMA)
+
+struct DiagVariant {
+  std::string name;
+  int32_t ablate = 0;
+  int32_t stages = 0;  // 0: all that fit
+  bool nosk = false;   // one tile per block: grid = tiles
+  bool ximg = false;   // x laid out by launch_wgmma_x_image first (timed with the kernel), one bulk
+                       // copy per stage instead of the x warps' cp.async
+};
+
+// Work-removing bits: a result computed with any of these is not the layer's and is never checked.
+constexpr int32_t kWgLeavesWorkOut = nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma |
+                                     nibble::cuda::kWgOneWg | nibble::cuda::kWgNoX | nibble::cuda::kWgNoW |
+                                     nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait;
+
+// The tokens that set GemmParams::ablate bits.
+const std::pair<const char*, int32_t> kDiagTokens[] = {
+    {"nodeq", nibble::cuda::kWgNoDequant},
+    {"nomma", nibble::cuda::kWgNoMma},
+    {"onewg", nibble::cuda::kWgOneWg},
+    {"nox", nibble::cuda::kWgNoX},
+    {"now", nibble::cuda::kWgNoW},
+    {"noepi", nibble::cuda::kWgNoEpilogue},
+    {"nowait", nibble::cuda::kWgNoWait},
+    {"oldx", nibble::cuda::kWgOldX},
+    {"oldfix", nibble::cuda::kWgOldFixup},
+    {"before", nibble::cuda::kWgOldX | nibble::cuda::kWgOldFixup},
+    {"deep", nibble::cuda::kWgDeep},
+    {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
+                 nibble::cuda::kWgNoEpilogue},
+    {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
+                  nibble::cuda::kWgNoEpilogue},
+};
+
+bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
+  v->name = spec;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t end = std::min(spec.find('+', pos), spec.size());
+    const std::string t = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (t == "full") continue;
+    bool named = false;
+    for (const auto& [name, bits] : kDiagTokens)
+      if (t == name) v->ablate |= bits, named = true;
+    if (named) continue;
+    if (t == "nosk")
+      v->nosk = true;
+    else if (t == "ximg")
+      v->ximg = true;
+    else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3)
+      v->stages = std::atoi(t.c_str() + 2);
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])))
+      v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
+    else {
+      *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
+      for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
+      *why += " nosk ximg st<N> <mask>)";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<DiagVariant> diag_variants() {
+  const char* env = std::getenv("NIBBLE_CUDA_WGMMA_ABLATE");
+  const std::string list = env && *env ? env : kDiagVariants;
+  std::vector<DiagVariant> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    const std::string spec = list.substr(pos, end - pos);
+    pos = end + 1;
+    if (spec.empty()) continue;
+    DiagVariant v;
+    std::string why;
+    if (!parse_variant(spec, &v, &why)) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      std::exit(1);
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) {
+    std::fprintf(stderr, "NIBBLE_CUDA_WGMMA_ABLATE: no variant in '%s'\n", list.c_str());
+    std::exit(1);
+  }
+  return out;
+}
+
+// Parses NIBBLE_CUDA_WGMMA_ABLATE (exits on a bad token) and lists what each variant sets.
+void list_diag_variants() {
+  say("wgmma variants (NIBBLE_CUDA_WGMMA_ABLATE):");
+  for (const auto& v : diag_variants())
+    say(" %s(ablate=0x%x%s%s%s)", v.name.c_str(), unsigned(v.ablate), v.nosk ? ",nosk" : "",
+        v.ximg ? ",ximg" : "", v.stages ? (",st" + std::to_string(v.stages)).c_str() : "");
+  say("\n");
+}
+
+// The packed weights of one layer as process_weights makes them (same plan, same repack kernels),
+// with their device pointers at hand for direct launches.
+struct PackedCopy {
+  void *w = nullptr, *srec = nullptr;
+};
+
+struct DiagCell {
+  std::string row, col;
+  double us;
+};
+
+int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const std::vector<int64_t>& ms) {
+  using namespace nibble::cuda;
+  if (device_cc != 90) {
+    say("--wgmma-diag: the wgmma kernel runs on sm_90 only; this device is sm_%d\n", device_cc);
+    return 77;
+  }
+  if (!have_cublas) {
+    say("--wgmma-diag: no cuBLAS, so no reference to check against\n");
+    return 1;
+  }
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  KernelInfo info[2][kNumKernels]{};
+  CHECK_CUDA(setup_gemv_kernels(info, sms));
+  CHECK_CUDA(setup_mma_kernels(info, sms));
+  CHECK_CUDA(setup_wgmma_kernels(info, sms));
+  CHECK_CUDA(setup_wgmma_diag());
+  const std::vector<DiagVariant> variants = diag_variants();  // parsed (and listed) in main already
+  std::vector<DiagCell> cells;
+  std::vector<std::string> cols, rows;
+  auto add_cell = [&](const std::string& row, const std::string& col, double us) {
+    cells.push_back({row, col, us});
+    if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
+    if (std::find(cols.begin(), cols.end(), col) == cols.end()) cols.push_back(col);
+  };
+  say("\n== wgmma diagnostics: uint4b8, G=128, fp16; median us of per-call CUDA events; weights rotated past "
+      "L2 ==\n");
+
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  int64_t max_k = 0, max_n = 0;
+  for (auto& s : shapes) max_k = std::max(max_k, s.first), max_n = std::max(max_n, s.second);
+  void *x = nullptr, *y = nullptr, *yref = nullptr;
+  CHECK_CUDA(cudaMalloc(&x, size_t(max_m) * max_k * 2));
+  CHECK_CUDA(cudaMalloc(&y, size_t(max_m) * max_n * 2));
+  CHECK_CUDA(cudaMalloc(&yref, size_t(max_m) * max_n * 2));
+  {
+    std::vector<__half> hx(size_t(max_m) * max_k);
+    Rng rng(4242);
+    for (auto& v : hx) v = __float2half(rng.uni(-1.f, 1.f));
+    CHECK_CUDA(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  }
+
+  for (const auto& shape : shapes) {
+    const int64_t k = shape.first, n = shape.second;
+    Layer l = make_layer(k, n, 128, false, uint64_t(k * 977 + n));
+    LayoutPlan lp;
+    std::string why;
+    if (plan_layout(l.spec, nullptr, &lp, &why) != NIBBLE_OK) {
+      say("%lldx%lld: layout plan refused: %s\n", (long long)k, (long long)n, why.c_str());
+      return 1;
+    }
+    const double wbytes = double(k) * n / 2 + double(k / 128) * n * 2;
+    const int copies = int(std::clamp(std::ceil(200e6 / wbytes), 2.0, 32.0));
+    // Canonical tensors on the device, repacked into `copies` packed copies.
+    void *d_qw = nullptr, *d_sc = nullptr, *d_gmap = nullptr;
+    CHECK_CUDA(cudaMalloc(&d_qw, l.qweight.size() * 4));
+    CHECK_CUDA(cudaMalloc(&d_sc, l.scales.size() * 2));
+    CHECK_CUDA(cudaMalloc(&d_gmap, lp.gmap.size() * 4));
+    CHECK_CUDA(cudaMemcpy(d_qw, l.qweight.data(), l.qweight.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_sc, l.scales.data(), l.scales.size() * 2, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_gmap, lp.gmap.data(), lp.gmap.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<PackedCopy> pk(static_cast<size_t>(copies));
+    for (auto& c : pk) {
+      CHECK_CUDA(cudaMalloc(&c.w, size_t(lp.strips) * size_t(lp.ku) * 512));
+      CHECK_CUDA(cudaMalloc(&c.srec, size_t(lp.groups_pad) * size_t(lp.strips) * 64));
+      CHECK_CUDA(launch_repack_weights(static_cast<const uint32_t*>(d_qw), k, n, nullptr, lp.strips, lp.ku,
+                                       c.w, nullptr));
+      CHECK_CUDA(launch_repack_records(d_sc, NIBBLE_DTYPE_F16, nullptr, n,
+                                       static_cast<const int32_t*>(d_gmap), lp.groups_pad, lp.strips,
+                                       Act::f16, c.srec, nullptr, nullptr));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    cudaFree(d_qw);
+    cudaFree(d_sc);
+    cudaFree(d_gmap);
+    // The plugin's own path for the baselines, and cuBLAS for the reference.
+    std::vector<nibble_prepared*> hs;
+    for (int c = 0; c < copies; ++c) hs.push_back(prepare(l));
+    const int dcopies = int(std::clamp(std::ceil(200e6 / (double(k) * n * 2)), 1.0, 8.0));
+    std::vector<nibble_dense*> ds;
+    for (int c = 0; c < dcopies; ++c) {
+      nibble_dense* d = nullptr;
+      CHECK_API(api->dense_prepare(&l.spec, l.dense.data(), nullptr, &d, msg, cap));
+      ds.push_back(d);
+    }
+
+    ShapeFacts sf;
+    sf.k = lp.k;
+    sf.n = lp.n;
+    sf.n_pad = lp.n_pad;
+    sf.ku = lp.ku;
+    sf.kt = lp.kt;
+    DeviceFacts facts;
+    facts.cc = device_cc;
+    facts.info = info[0];
+    facts.cublas = true;
+    facts.wgmma_built = true;
+
+    for (int64_t m : ms) {
+      const KernelId id = m <= 16 ? kWg16 : m <= 64 ? kWg64 : kWg128;
+      const char* wg = kKernelNames[id];
+      PlanOptions po;
+      po.forced = id;
+      const Plan plan = make_plan(sf, facts, po, m);
+      if (!plan.declined.empty()) {
+        say("%lldx%lld M=%lld: %s declined: %s\n", (long long)k, (long long)n, (long long)m, wg,
+            plan.declined.c_str());
+        continue;
+      }
+      const KernelInfo& ki = info[0][id];
+      const int tiles = plan.m_tiles * plan.n_tiles;
+      void *partials = nullptr, *counters = nullptr, *ximage = nullptr;
+      CHECK_CUDA(cudaMalloc(&ximage, size_t(plan.m_tiles) * size_t(ki.bm) * size_t(lp.kt) * 128));
+      CHECK_CUDA(cudaMalloc(&partials, size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4));
+      CHECK_CUDA(cudaMalloc(&counters, size_t(tiles) * 4));
+      CHECK_CUDA(cudaMemset(counters, 0, size_t(tiles) * 4));
+      GemmParams gp{};
+      gp.zero_rec = nullptr;
+      gp.x = x;
+      gp.bias = nullptr;
+      gp.y = y;
+      gp.partials = static_cast<float*>(partials);
+      gp.counters = static_cast<int32_t*>(counters);
+      gp.ldx = k;
+      gp.kx = k;
+      gp.m = int32_t(m);
+      gp.n = int32_t(lp.n);
+      gp.strips = lp.strips;
+      gp.ku = lp.ku;
+      gp.kt = lp.kt;
+      gp.g_magic = lp.g_magic;
+      gp.m_tiles = plan.m_tiles;
+      gp.n_tiles = plan.n_tiles;
+      gp.evict_first = plan.m_tiles == 1;
+      gp.overlap = plan.overlap;
+
+      dense_apply(ds[0], x, yref, m, l);
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const double bytes = wbytes + 2.0 * m * k + 2.0 * m * n, flops = 2.0 * m * n * k;
+      const double roof_us = std::max(bytes / 4.24e12, flops / 691e12) * 1e6;
+      const int reps = int(std::clamp(150000.0 / std::max(1.0, roof_us) / 4, 5.0, 60.0));
+      char colbuf[64];
+      std::snprintf(colbuf, sizeof colbuf, "%lldx%lld/%lld", (long long)k, (long long)n, (long long)m);
+      const std::string col = colbuf;
+      say("-- %s: %s, plan grid %d (%d tiles x %d k stages), roofline %.1f us, %d reps\n", col.c_str(), wg,
+          plan.grid, tiles, lp.kt, roof_us, reps);
+      double full_us = 0;
+      for (const DiagVariant& v : variants) {
+        gp.ablate = v.ablate;
+        gp.stages = v.stages;
+        const int grid = v.nosk ? tiles : plan.grid;
+        auto launch = [&](int i) {
+          gp.w = pk[size_t(i) % pk.size()].w;
+          gp.scale_rec = pk[size_t(i) % pk.size()].srec;
+          gp.x_image = v.ximg ? ximage : nullptr;
+          if (v.ximg) {
+            const cudaError_t e =
+                launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
+            if (e != cudaSuccess) return e;
+          }
+          return launch_wgmma_diag(id, Act::f16, gp, grid, nullptr);
+        };
+        CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));  // NaN poison
+        const cudaError_t le = launch(0);
+        if (le != cudaSuccess) {
+          say("   %-14s not run: %s\n", v.name.c_str(), cudaGetErrorString(le));
+          continue;
+        }
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::string verdict = "timing only (leaves work out)";
+        if (!(v.ablate & kWgLeavesWorkOut)) {
+          const double e = rel_err(y, yref, size_t(m * n));
+          char b[64];
+          std::snprintf(b, sizeof b, "relerr %.1e %s", e, e < 3e-3 ? "check ok" : "<-- WRONG");
+          verdict = b;
+        }
+        const double us = time_calls([&](int i) { CHECK_CUDA(launch(i)); }, reps);
+        if (&v == &variants.front()) full_us = us;  // the reference of the ratios: full by default
+        // Rates of the streams a variant keeps: weights and records (each read once), x (read once
+        // per n tile, M rounded up to the tile), the tensor-core work (M rounded up too).
+        const double xbytes = double(plan.n_tiles) * plan.m_tiles * ki.bm * double(lp.k_pad) * 2;
+        const double mma = 2.0 * plan.m_tiles * ki.bm * double(lp.n_pad) * double(lp.k_pad);
+        const int32_t out = v.ablate & kWgLeavesWorkOut;
+        char extra[96] = "";
+        if (out == (kWgNoDequant | kWgNoMma | kWgNoX | kWgNoEpilogue))
+          std::snprintf(extra, sizeof extra, "  weights through the ring: %.0f GB/s",
+                        wbytes / (us * 1e-6) / 1e9);
+        else if (out == (kWgNoDequant | kWgNoMma | kWgNoW | kWgNoEpilogue))
+          std::snprintf(extra, sizeof extra, "  x through the ring: %.0f GB/s", xbytes / (us * 1e-6) / 1e9);
+        else if (out == kWgNoWait)
+          std::snprintf(extra, sizeof extra, "  consumers alone: %.0f TFLOP/s", mma / (us * 1e-6) / 1e12);
+        say("   %-14s %9.1f us  %5.2fx ref   grid %5d  %s%s\n", v.name.c_str(), us,
+            full_us > 0 ? us / full_us : 0.0, grid, verdict.c_str(), extra);
+        add_cell(v.name, col, us);
+      }
+      CHECK_CUDA(cudaMemset(counters, 0, size_t(tiles) * 4));
+      cudaFree(partials);
+      cudaFree(counters);
+      cudaFree(ximage);
+
+      // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel,
+      // the latter with either x path.
+      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg"}) {
+        const bool ximg = std::strcmp(name, "ximg") == 0;
+        const KernelDesc* kd = find_kernel(ximg ? wg : name);
+        if (!kd || (kd->family == Family::gemv && m > 64)) continue;
+        set_kernel(kd->name);
+        CHECK_API(api->set_option("wgmma_x", ximg ? "image" : "copy", msg, cap));
+        CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));
+        apply(hs[0], x, y, m, l);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        const double e = rel_err(y, yref, size_t(m * n));
+        const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
+        const std::string row =
+            std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
+        say("   %-14s %9.1f us  %5.2fx ref   relerr %.1e %s  %s\n", row.c_str(), us,
+            full_us > 0 ? us / full_us : 0.0, e, e < 3e-3 ? "check ok" : "<-- WRONG",
+            kernel_name(hs[0], m).c_str());
+        add_cell(row, col, us);
+      }
+      set_kernel("auto");
+      CHECK_API(api->set_option("wgmma_x", "copy", msg, cap));
+    }
+    for (auto h : hs) api->release(h);
+    for (auto d : ds) api->dense_release(d);
+    for (auto& c : pk) {
+      cudaFree(c.w);
+      cudaFree(c.srec);
+    }
+  }
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(yref);
+
+  // One table: every variant and baseline (rows) at every point (columns), us.
+  say("\n== wgmma diagnostics, us (columns: K x N / M) ==\n%-16s", "variant");
+  for (const auto& c : cols) say(" %16s", c.c_str());
+  say("\n");
+  for (const auto& r : rows) {
+    say("%-16s", r.c_str());
+    for (const auto& c : cols) {
+      double us = -1;
+      for (const auto& e : cells)
+        if (e.row == r && e.col == c) us = e.us;
+      if (us < 0)
+        say(" %16s", "-");
+      else
+        say(" %16.1f", us);
+    }
+    say("\n");
+  }
+  // The same as time over the first variant's (full by default) at the point (above 1: slower).
+  say("\n== wgmma diagnostics, time / %s's time ==\n%-16s", variants.front().name.c_str(), "variant");
+  for (const auto& c : cols) say(" %16s", c.c_str());
+  say("\n");
+  auto cell = [&](const std::string& r, const std::string& c) {
+    for (const auto& e : cells)
+      if (e.row == r && e.col == c) return e.us;
+    return -1.0;
+  };
+  for (const auto& r : rows) {
+    say("%-16s", r.c_str());
+    for (const auto& c : cols) {
+      const double us = cell(r, c), full = cell(variants.front().name, c);
+      if (us < 0 || full <= 0)
+        say(" %16s", "-");
+      else
+        say(" %16.2f", us / full);
+    }
+    say("\n");
+  }
+  say("done\n");
+  return 0;
+}
+#else
+void list_diag_variants() {}
+int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>&, const std::vector<int64_t>&) {
+  say("--wgmma-diag: this build has no wgmma kernel (meson option nvcc_archs has no 90)\n");
+  return 77;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, sweep = false, check = false, timings = true;
+  bool quick = false, sweep = false, check = false, timings = true, wgmma_diag = false, wgmma_list = false;
   std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 6144}, {4096, 4096}, {4096, 28672}, {14336, 4096},
                                                      {8192, 10240}, {8192, 8192}, {8192, 57344}, {28672, 8192}};
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
@@ -269,6 +681,10 @@ int main(int argc, char** argv) {
     else if (a == "--sweep") sweep = true;
     else if (a == "--check") check = true;
     else if (a == "--no-time") timings = false;
+    else if (a == "--wgmma-diag")
+      wgmma_diag = true;
+    else if (a == "--wgmma-variants")
+      wgmma_list = true;
     else if (a == "--out" && i + 1 < argc) out_file = std::fopen(argv[++i], "w");
     else if (a == "--m" && i + 1 < argc) ms = parse_list(argv[++i]);
     else if (a == "--shapes" && i + 1 < argc) {
@@ -282,10 +698,18 @@ int main(int argc, char** argv) {
         if (*p) ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--sweep] [--check] [--no-time] [--out FILE] [--shapes KxN,...] [--m M,...]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--wgmma-variants] "
+                   "[--out FILE] [--shapes KxN,...] [--m M,...]\n",
+                   argv[0]);
       return 1;
     }
   }
+  if (wgmma_list) {  // the default variants, for scripts that derive other lists from them
+    std::printf("variants: %s\n", kDiagVariants);
+    return 0;
+  }
+  if (wgmma_diag) list_diag_variants();
   api = nibble::cuda::entry(NIBBLE_ABI_VERSION);
   {
     char msg[512] = {0};
@@ -338,6 +762,11 @@ int main(int argc, char** argv) {
     say("measured: cuBLAS fp16 8192^3 %.0f TFLOP/s; PERF.md: 4.24 TB/s, 691 TFLOP/s\n", dev.flops / 1e12);
   }
   const double kBW = 4.24e12, kF = 691e12;  // PERF.md's ceilings (the roofline of the targets)
+  if (wgmma_diag) {
+    const int rc = run_wgmma_diag(shapes, ms);
+    if (out_file) std::fclose(out_file);
+    return rc;
+  }
 
   void *x = nullptr, *y = nullptr, *yref = nullptr;
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());

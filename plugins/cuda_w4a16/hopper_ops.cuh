@@ -62,8 +62,40 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
-// Generic-proxy writes of this thread to shared memory, ordered before later async-proxy reads
-// (wgmma reads its B operand through the async proxy).
+// One arrival on `bar` once every cp.async this thread issued so far has landed, without
+// waiting for them here (.noinc: the arrival is one of the barrier's expected count).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// cp.async.wait_group with a run-time count (0..6; more waits as for 6).
+__device__ __forceinline__ void cp_async_wait_upto6(int n) {
+  switch (n) {
+    case 0:
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+      break;
+    case 1:
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      break;
+    case 2:
+      asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+      break;
+    case 3:
+      asm volatile("cp.async.wait_group 3;\n" ::: "memory");
+      break;
+    case 4:
+      asm volatile("cp.async.wait_group 4;\n" ::: "memory");
+      break;
+    case 5:
+      asm volatile("cp.async.wait_group 5;\n" ::: "memory");
+      break;
+    default:
+      asm volatile("cp.async.wait_group 6;\n" ::: "memory");
+      break;
+  }
+}
+// Generic-proxy writes to shared memory (this thread's, or other threads' that an mbarrier wait
+// has made visible to it), ordered before this thread's later async-proxy reads (wgmma reads its
+// B operand through the async proxy).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

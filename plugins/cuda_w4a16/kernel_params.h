@@ -46,6 +46,8 @@ struct GemmParams {
   const void* scale_rec;    // act dtype [groups_pad][strips][8][4] (layout.h)
   const uint8_t* zero_rec;  // u8 [groups_pad][strips][8][4], or null for uint4b8 (zero 8)
   const void* x;            // act dtype [m][ldx]; columns >= kx read as 0; rows 16-byte aligned
+  const void* x_image;      // wgmma: x as launch_wgmma_x_image lays it out, or null (the kernel
+                            // copies x itself)
   const void* bias;         // act dtype [n], or null
   void* y;                  // act dtype [m][n]
   float* partials;    // stream-K partial tiles: [2 * grid][bm * bn] fp32; GEMV: [splits][m][strips * 32]
@@ -64,6 +66,29 @@ struct GemmParams {
   int32_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
                              // the stream (PDL), so that its launch and first weight loads overlap
                              // that kernel's tail
+  // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
+  int32_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)
+  int32_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
+};
+
+/// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
+/// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result
+/// the way the first version did (the before of the change they name), kWgDeep a candidate.
+enum WgAblate : int32_t {
+  kWgNoDequant = 1 << 0,   // consumers feed the packed words as A fragments (no dequantization)
+  kWgNoMma = 1 << 1,       // consumers dequantize but issue no wgmma
+  kWgOneWg = 1 << 2,       // the second consumer warpgroup exits (its strips are left undone)
+  kWgNoX = 1 << 3,         // producer warps 1-3 copy no x (they still arrive)
+  kWgNoW = 1 << 4,         // the producer lane issues no weight/record bulk copies (it still arrives)
+  kWgNoEpilogue = 1 << 5,  // no stream-K partials, fix-up or y stores
+  kWgOldX = 1 << 6,        // x arrivals as first written: each thread waits for its copies a lag later
+  kWgOldFixup = 1 << 7,    // the fix-up sums one part at a time (one L2 round trip per part)
+  kWgNoWait = 1 << 8,      // producers copy nothing; consumers never wait for a stage (compute only)
+  kWgDeep = 1 << 9,        // two wgmma groups in flight while dequantizing, not one (right result)
+  // Consumer modes (these bits; of them only kWgNoDequant and kWgNoMma together) are compiled
+  // kernel instances (fp16, BM 16, 64, 128 only), the rest run-time branches outside the
+  // consumers' wgmma loop.
+  kWgConsumerBits = kWgNoDequant | kWgNoMma | kWgDeep,
 };
 
 }  // namespace nibble::cuda

@@ -30,6 +30,11 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
+/// Diagnostics of the wgmma kernel, for bench_kernels only (the plugin never calls these): the
+/// shared-memory limits of the diagnostic instances, and a launch that honours p.ablate's consumer
+/// modes (kWgConsumerBits: fp16 and kWg16, kWg64, kWg128 only; cudaErrorNotSupported otherwise).
+cudaError_t setup_wgmma_diag();
+cudaError_t launch_wgmma_diag(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 
 /// process_weights: canonical qweight u32 [ceil(k/8)][n] (optionally rows gathered through
 /// perm[k_pad], -1 = zero row) -> packed units uint4 [strips][ku][32].
@@ -53,6 +58,14 @@ cudaError_t launch_prep_x(const void* x, int64_t m, int64_t k, const int32_t* pe
 cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uint8_t* zero_rec,
                                  int32_t strips, int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc,
                                  Act act, void* out, cudaStream_t stream);
+
+/// The wgmma kernels' x operand laid out once per call (GemmParams::x_image): for m tile mt of
+/// `bm` rows and k stage ks, the shared-memory x tile of that stage (wgmma_layout.h: rows of 128
+/// bytes in the mma's K order and the 128-byte swizzle) at out + (mt * kt + ks) * bm * 128, zero
+/// past `m` rows and `kx` columns; m_tiles * kt * bm * 128 bytes. x: act dtype [m][ldx] (ldx and kx
+/// even).
+cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
+                                 int32_t m_tiles, int32_t kt, void* out, cudaStream_t stream);
 
 /// y[m][n] += bias[n] (act dtype).
 cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream);

@@ -287,10 +287,25 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
   // bulk-copied weights and records at their stage offsets, x stored by the producer's permuted,
   // swizzled offsets, the B operand read back the way the tensor cores read a descriptor, A from
   // each consumer warp's dequantized word, D mapped to y as the epilogue does.
+  // The x image (launch_wgmma_x_image) is built here thread by thread as that kernel does, and
+  // each of its tiles must be byte for byte the tile the producer's own stores make.
   for (int BM : {16, 32, 64, 128}) {
     std::vector<float> y2(size_t(M) * N, NAN);
     std::vector<uint8_t> ximg(size_t(BM) * kWgXRowBytes), wimg(kWgStrips * 2 * 512), simg(2 * kWgStrips * 64),
         zimg(2 * kWgStrips * 32);
+    const int KT = k_pad / kTileK, m_tiles = (M + BM - 1) / BM;
+    std::vector<uint8_t> image(size_t(m_tiles) * KT * BM * kWgXRowBytes, 0xAB);
+    for (int64_t idx = 0; idx < int64_t(m_tiles) * KT * BM * 32; ++idx) {
+      int64_t mt;
+      int ks, r, p;
+      wg_x_image_word(idx, BM, KT, &mt, &ks, &r, &p);
+      const int64_t m = mt * BM + r, k = int64_t(ks) * kTileK + 2 * p;
+      const uint32_t v =
+          m < M ? (uint32_t(xp[size_t(m) * k_pad + k]) | (uint32_t(xp[size_t(m) * k_pad + k + 1]) << 16))
+                : 0u;
+      std::memcpy(&image[size_t(wg_x_image_tile(mt, ks, KT, BM) + wg_x_offset(r, p))], &v, 4);
+    }
+    int image_bad = 0;
     for (int nti = 0; nti < n_pad / kWgBN; ++nti)
       for (int mti = 0; mti * BM < M; ++mti) {
         std::vector<double> D(size_t(2) * 2 * 64 * BM, 0.0);  // [warpgroup][nt][row of m64][col]
@@ -305,6 +320,10 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
                                        : 0u;
               std::memcpy(&ximg[wg_x_offset(r, p)], &v, 4);
             }
+          if (std::memcmp(ximg.data(), &image[size_t(wg_x_image_tile(mti, kt, KT, BM))], ximg.size()) != 0) {
+            if (image_bad < 3) std::printf("  x image BM %d: tile (m %d, k stage %d) differs\n", BM, mti, kt);
+            ++image_bad;
+          }
           for (int j = 0; j < kWgStrips; ++j)
             for (int u = 0; u < 2; ++u)
               for (int lane = 0; lane < 32; ++lane)
@@ -387,6 +406,8 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
     char what[32];
     std::snprintf(what, sizeof what, "wgmma BM %d", BM);
     bad += count_bad(y2, what);
+    std::printf("wgmma BM %d x image: %s (%d tiles differ)\n", BM, image_bad ? "FAIL" : "ok", image_bad);
+    bad += image_bad;
   }
   return bad;
 }

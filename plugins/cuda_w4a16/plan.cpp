@@ -136,7 +136,16 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.min_stages = int32_t(n);
     return NIBBLE_OK;
   }
-  *why = "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages)";
+  if (key == "wgmma_x") {
+    if (value != "copy" && value != "image") {
+      *why = "wgmma_x: expected copy or image, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.wgmma_x_image = value == "image";
+    return NIBBLE_OK;
+  }
+  *why =
+      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -149,6 +158,7 @@ PlanOptions options_from_environment() {
   if (const char* m = std::getenv("NIBBLE_CUDA_CUBLAS_MIN_M"))
     set_plan_option(o, "cublas_min_m", m, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_OVERLAP")) set_plan_option(o, "overlap", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
   return o;
 }
 
@@ -188,6 +198,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.n_tiles = int32_t(s.n_pad / ki.bn);
   const int64_t slots = std::max(1, ki.slots);
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
+  plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),

@@ -69,13 +69,17 @@ struct PlanOptions {
   int64_t cublas_min_m = 65;  ///< smallest M the automatic choice may send to cuBLAS (0 = never)
   int32_t min_stages = 0;     ///< override of KernelDesc::min_stages / GEMV batches per warp (0 = none)
   bool overlap = true;        ///< PDL launches where the kernel supports them (sm_90+)
+  /// wgmma kernels: x laid out once per call by a separate kernel and copied with one bulk copy
+  /// per stage ("image"), instead of the kernel's own 4-byte copies ("copy", the default)
+  bool wgmma_x_image = false;
 };
 
 /// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,
 /// what it takes and what was found. cuBLAS must be loadable for kernel=cublas (`cublas`).
 int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view value, bool cublas,
                         std::string* why);
-/// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP.
+/// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
+/// NIBBLE_CUDA_WGMMA_X.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).
@@ -87,6 +91,7 @@ struct Plan {
   int32_t grid = 0;  ///< stream-K blocks, or GEMV K splits
   int32_t m_tiles = 0, n_tiles = 0;
   bool overlap = false;  ///< launch as a programmatic dependent
+  bool x_image = false;  ///< wgmma: lay x out first (launch_wgmma_x_image), GemmParams::x_image
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };
 

@@ -180,13 +180,13 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
 
 // ---- per-stream workspace --------------------------------------------------------------------------
 
-// Scratch that apply() needs on a stream: gathered x, stream-K partial tiles and arrival counters,
-// and the dense temporary of the cuBLAS path. One per (device, stream): launches on one stream run
-// in order, so they may share it; different streams get different ones, so concurrent apply() on
-// one prepared weight is safe. Grows (after synchronizing its stream) and never shrinks.
+// Scratch that apply() needs on a stream: gathered x, the wgmma kernels' x image, stream-K partial
+// tiles and arrival counters, and the dense temporary of the cuBLAS path. One per (device, stream): launches
+// on one stream run in order, so they may share it; different streams get different ones, so concurrent
+// apply() on one prepared weight is safe. Grows (after synchronizing its stream) and never shrinks.
 struct Workspace {
   std::mutex mu;  // held from buffer lookup to launch
-  DeviceBuffer xbuf, partials, counters, dense;
+  DeviceBuffer xbuf, ximage, partials, counters, dense;
 };
 std::mutex g_ws_mu;
 Workspace& workspace(int dev, void* stream) {
@@ -431,7 +431,14 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
         break;
 #if defined(NIBBLE_CUDA_WGMMA)
       case Family::wgmma:
-        e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
+        e = cudaSuccess;
+        if (plan.x_image) {
+          const size_t bytes = size_t(plan.m_tiles) * size_t(ki.bm) * size_t(lp.kt) * 128;
+          if (int32_t st = ensure(ws.ximage, bytes, false, stream, msg, cap)) return st;
+          e = launch_wgmma_x_image(xk, ldx, kx, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ws.ximage.p, stream);
+          gp.x_image = ws.ximage.p;
+        }
+        if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
         break;
 #endif
       default:
@@ -465,8 +472,9 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv)
       return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", kd.name, ki.bn,
                   ki.bm, plan.n_tiles, plan.m_tiles, plan.grid);
-    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d)", kd.name,
-                kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid);
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d%s)", kd.name,
+                kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid,
+                plan.x_image ? ", x image" : "");
   });
 }
 

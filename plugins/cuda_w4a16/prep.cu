@@ -3,6 +3,7 @@
 // path (dense dequantization, bias).
 #include "device_ops.cuh"
 #include "kernels.h"
+#include "wgmma_layout.h"
 
 namespace nibble::cuda {
 namespace {
@@ -139,7 +140,33 @@ __global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, i
 
 int blocks_for(int64_t threads, int per_block = 256) { return int((threads + per_block - 1) / per_block); }
 
+// One thread per 4-byte word of the image: word p (k = 2p, 2p + 1 of the stage) of row r of the
+// x tile of (m tile, k stage), read coalesced from x and stored where the wgmma kernel's own copies
+// would put it (wg_x_offset: the mma's K order and the 128-byte swizzle, inside the same 128-byte
+// row, so the stores stay coalesced too).
+__global__ void wgmma_x_image_kernel(const uint32_t* __restrict__ x, int64_t ldx, int64_t kx, int32_t m,
+                                     int32_t bm, int32_t kt, int64_t words, unsigned char* __restrict__ out) {
+  grid_launch_dependents();  // the matmul may start its weight copies while this runs
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= words) return;
+  int64_t mt;
+  int ks, r, p;
+  wg_x_image_word(idx, bm, kt, &mt, &ks, &r, &p);
+  const int64_t row = mt * bm + r, k = int64_t(ks) * kTileK + 2 * p;
+  const uint32_t v = row < m && k < kx ? x[(row * ldx + k) >> 1] : 0u;
+  *reinterpret_cast<uint32_t*>(out + wg_x_image_tile(mt, ks, kt, bm) + wg_x_offset(r, p)) = v;
+}
+
 }  // namespace
+
+cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
+                                 int32_t m_tiles, int32_t kt, void* out, cudaStream_t stream) {
+  const int64_t words = int64_t(m_tiles) * kt * bm * 32;
+  if (words >> 36) return cudaErrorInvalidValue;  // wg_x_image_word's 32-bit row index
+  wgmma_x_image_kernel<<<blocks_for(words), 256, 0, stream>>>(static_cast<const uint32_t*>(x), ldx, kx, m, bm,
+                                                              kt, words, static_cast<unsigned char*>(out));
+  return cudaGetLastError();
+}
 
 cudaError_t launch_repack_weights(const uint32_t* qweight, int64_t k, int64_t n, const int32_t* perm,
                                   int32_t strips, int32_t ku, void* out, cudaStream_t stream) {

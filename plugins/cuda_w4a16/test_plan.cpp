@@ -179,6 +179,14 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, false), o, 64).declined ==
         "kernel wg64 is not in this build (meson option nvcc_archs has no 90)");
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, true), o, 64).declined.empty());
+  // The x image is a wgmma launch's only, and only when asked for.
+  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
+  o.wgmma_x_image = true;
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
+  o.forced = kS8;
+  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
+  o.forced = -1;
+  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);  // no rule picks wgmma
 }
 
 TEST_CASE("options: each takes what it documents and names what it found otherwise") {
@@ -203,6 +211,13 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(set_plan_option(o, "min_stages", "x", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
   CHECK(set_plan_option(o, "min_stages", "16", false, &why) == NIBBLE_OK);
   CHECK(o.min_stages == 16);
+  CHECK(set_plan_option(o, "wgmma_x", "tma", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("wgmma_x: expected copy or image, found 'tma'") != std::string::npos);
+  CHECK(!o.wgmma_x_image);
+  CHECK(set_plan_option(o, "wgmma_x", "image", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_x_image);
+  CHECK(set_plan_option(o, "wgmma_x", "copy", false, &why) == NIBBLE_OK);
+  CHECK(!o.wgmma_x_image);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }

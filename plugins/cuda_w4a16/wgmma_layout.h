@@ -44,6 +44,23 @@ NIBBLE_HD uint32_t wg_x_offset(int r, int p) {
   return uint32_t(r * kWgXRowBytes + ((chunk ^ (r & 7)) << 4) + 4 * (j & 3));
 }
 
+/// The x image (GemmParams::x_image, written by launch_wgmma_x_image): per m tile mt and k stage ks
+/// (kt stages per m tile) the x tile of that stage exactly as the kernel's shared memory holds it,
+/// bm * 128 bytes at this offset, so that one bulk copy fills a stage's x.
+NIBBLE_HD int64_t wg_x_image_tile(int64_t mt, int ks, int kt, int bm) {
+  return (mt * kt + ks) * int64_t(bm) * kWgXRowBytes;
+}
+
+/// Which word the image-building thread `idx` (0 .. m_tiles * kt * bm * 32 - 1) writes: word p of
+/// row r of the tile of (mt, ks). 32-bit divisions (idx < 2^36; a 64-bit division is a call).
+NIBBLE_HD void wg_x_image_word(int64_t idx, int bm, int kt, int64_t* mt, int* ks, int* r, int* p) {
+  *p = int(idx & 31);
+  const uint32_t row_all = uint32_t(idx >> 5), tile = row_all / uint32_t(bm), m_tile = tile / uint32_t(kt);
+  *r = int(row_all - tile * uint32_t(bm));
+  *ks = int(tile - m_tile * uint32_t(kt));
+  *mt = int64_t(m_tile);
+}
+
 /// The wgmma descriptor of k16 step t (0..3) of the x tile at shared address `x_tile` (a multiple
 /// of 1024): start address + 32 t, LBO 16 (unused by swizzled K-major layouts), SBO 1024, 128-byte
 /// swizzle (PTX ISA, "Matrix Descriptor Format").
