@@ -42,9 +42,13 @@ const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
 // clang-format off
 //   cc        M            weights (K*N)     K              N              kernel
 const ChoiceRule kChoiceRules[] = {
-    // Every architecture, Hopper included: the wgmma kernels (wg16 ... wg128) are correct on the
-    // H200 but slower than these at every M measured (docs/cuda.md, "The sm_90a kernel"), so no
-    // rule picks them; they run only when forced (option "kernel").
+    // Hopper, the largest layers at M = 33-256: the wgmma kernels with the x image (the default
+    // x path) beat every other kernel there; everywhere else they lose (docs/cuda.md, "The
+    // choice on Hopper", from the H200 sweep of 2026-12-02).
+    {90, 90, 33, 64, 112 * kMi, 0, 0, 0, 0, 0, kWg64},
+    {90, 90, 65, 128, 112 * kMi, 0, 0, 0, 0, 0, kWg128},
+    {90, 90, 129, 256, 224 * kMi, 0, 0, 0, 0, 0, kWg128},
+    // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 9, 16, 32 * kMi, 0, 0, 0, 0, 0, kV2u2},
     {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},

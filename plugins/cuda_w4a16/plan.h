@@ -70,8 +70,9 @@ struct PlanOptions {
   int32_t min_stages = 0;     ///< override of KernelDesc::min_stages / GEMV batches per warp (0 = none)
   bool overlap = true;        ///< PDL launches where the kernel supports them (sm_90+)
   /// wgmma kernels: x laid out once per call by a separate kernel and copied with one bulk copy
-  /// per stage ("image"), instead of the kernel's own 4-byte copies ("copy", the default)
-  bool wgmma_x_image = false;
+  /// per stage ("image", the default: measured faster wherever a rule picks wgmma), or copied by
+  /// the kernel's own 4-byte copies ("copy")
+  bool wgmma_x_image = true;
 };
 
 /// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,

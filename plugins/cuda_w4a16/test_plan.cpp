@@ -140,7 +140,14 @@ TEST_CASE("the automatic choice finds a kernel for every M and shape on every ar
                 CHECK(m >= cublas_min_m);
               }
               CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
-              CHECK(kd.family != Family::wgmma);  // measured slower everywhere: only when forced
+              if (kd.family == Family::wgmma) {  // the largest layers at M = 33-256 on Hopper only
+                CHECK(cc == 90);
+                CHECK(wgmma);
+                CHECK(m > 32);
+                CHECK(m <= 256);
+                CHECK(k * n >= 112 * (int64_t(1) << 20));
+                CHECK(p.x_image);
+              }
               check_geometry(p, s, dev, m);
             }
 }
@@ -179,14 +186,22 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, false), o, 64).declined ==
         "kernel wg64 is not in this build (meson option nvcc_archs has no 90)");
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, true), o, 64).declined.empty());
-  // The x image is a wgmma launch's only, and only when asked for.
+  // The x image is a wgmma launch's only: by default, and not with wgmma_x=copy.
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
+  o.wgmma_x_image = false;
   CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
   o.wgmma_x_image = true;
-  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
   o.forced = kS8;
   CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
   o.forced = -1;
-  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);  // no rule picks wgmma
+  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);  // small: no rule picks wgmma
+  const Plan big64 = make_plan(shape(8192, 57344), dev.facts(90, false), o, 64);
+  CHECK(big64.kernel == kWg64);
+  CHECK(big64.x_image);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
+  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel != kWg128);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false, false), o, 64).kernel == kS8);  // not built
+  CHECK(make_plan(shape(8192, 57344), dev.facts(89, false), o, 64).kernel == kS8);
 }
 
 TEST_CASE("options: each takes what it documents and names what it found otherwise") {
@@ -213,11 +228,11 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(o.min_stages == 16);
   CHECK(set_plan_option(o, "wgmma_x", "tma", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
   CHECK(why.find("wgmma_x: expected copy or image, found 'tma'") != std::string::npos);
+  CHECK(o.wgmma_x_image);  // unchanged: the default
+  CHECK(set_plan_option(o, "wgmma_x", "copy", false, &why) == NIBBLE_OK);
   CHECK(!o.wgmma_x_image);
   CHECK(set_plan_option(o, "wgmma_x", "image", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_x_image);
-  CHECK(set_plan_option(o, "wgmma_x", "copy", false, &why) == NIBBLE_OK);
-  CHECK(!o.wgmma_x_image);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }
