@@ -99,8 +99,9 @@ static nibble_host_linear* prepare_on(nibble_host_registry* reg, nibble_host_che
 }
 
 /* Rank `rank` of `world`'s partition of `layer`, prepared on `backend` (parallel: nibble_parallel). */
-static nibble_host_linear* prepare_part(nibble_host_registry* reg, nibble_host_checkpoint* ck, const char* layer,
-                                        const char* backend, int32_t parallel, int32_t rank, int32_t world) {
+static nibble_host_linear* prepare_part(nibble_host_registry* reg, nibble_host_checkpoint* ck,
+                                        const char* layer, const char* backend, int32_t parallel,
+                                        int32_t rank, int32_t world) {
   nibble_host_policy* pol = NULL;
   nibble_host_linear* lin = NULL;
   if (!ok(nibble_host_policy_new(&pol), "policy_new")) return NULL;
@@ -121,8 +122,8 @@ static nibble_host_linear* prepare_part(nibble_host_registry* reg, nibble_host_c
 /* The layer split over `world` ranks on cpu_w4a16, combined on the host as an engine does (column:
  * y concatenated along N; row: rank r takes x's columns [r K/w, (r+1) K/w) and the y are summed),
  * against the unsplit layer on the same backend. Returns the worst |combined - unsplit| / max |y|. */
-static double split_error(nibble_host_registry* reg, nibble_host_checkpoint* ck, const char* layer, int32_t parallel,
-                          int32_t world) {
+static double split_error(nibble_host_registry* reg, nibble_host_checkpoint* ck, const char* layer,
+                          int32_t parallel, int32_t world) {
   enum { M = 3, K = 512, N = 256 };
   static uint16_t x[M * K], xs[M * K], y[M * N], part[M * N];
   static double sum[M * N];
@@ -141,8 +142,9 @@ static double split_error(nibble_host_registry* reg, nibble_host_checkpoint* ck,
     nibble_linear_spec s;
     s.struct_size = sizeof s;
     ok(nibble_host_linear_spec(lin, &s), "partition spec");
-    CHECK(s.parallel == parallel && s.full_k == K && s.full_n == N, "partition spec: parallel %d full %lldx%lld",
-          (int)s.parallel, (long long)s.full_k, (long long)s.full_n);
+    CHECK(s.parallel == parallel && s.full_k == K && s.full_n == N,
+          "partition spec: parallel %d full %lldx%lld", (int)s.parallel, (long long)s.full_k,
+          (long long)s.full_n);
     int64_t pk = s.k, pn = s.n;
     for (int m = 0; m < M; ++m)
       for (int64_t k = 0; k < pk; ++k)
@@ -340,25 +342,26 @@ int main(void) {
   {
     nibble_linear_spec s;
     s.struct_size = sizeof s;
-    if (ok(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 1, 4, &s), "shard_spec column"))
+    if (ok(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 1, 4, &s),
+           "shard_spec column"))
       CHECK(s.parallel == NIBBLE_PARALLEL_COLUMN && s.n == 64 && s.k == 512 && s.full_n == 256 &&
                 strcmp(s.layer_name, layer) == 0,
             "column 1 of 4: %lldx%lld of %lld", (long long)s.k, (long long)s.n, (long long)s.full_n);
     if (ok(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 3, 4, &s), "shard_spec row"))
-      CHECK(s.parallel == NIBBLE_PARALLEL_ROW && s.k == 128 && s.n == 256 && s.full_k == 512, "row 3 of 4: %lldx%lld",
-            (long long)s.k, (long long)s.n);
+      CHECK(s.parallel == NIBBLE_PARALLEL_ROW && s.k == 128 && s.n == 256 && s.full_k == 512,
+            "row 3 of 4: %lldx%lld", (long long)s.k, (long long)s.n);
     const char* straddle[] = {layer, "row-parallel split of K 512 over 8 ranks", "group size 128", NULL};
-    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 0, 8, &s), NIBBLE_HOST_ERR_UNSUPPORTED,
-          "row over 8 ranks (K_part 64 < G 128)", straddle);
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 0, 8, &s),
+          NIBBLE_HOST_ERR_UNSUPPORTED, "row over 8 ranks (K_part 64 < G 128)", straddle);
     const char* uneven[] = {layer, "column-parallel split of N 256 over 3 ranks", "not divisible", NULL};
-    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 2, 3, &s), NIBBLE_HOST_ERR_UNSUPPORTED,
-          "column over 3 ranks", uneven);
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 2, 3, &s),
+          NIBBLE_HOST_ERR_UNSUPPORTED, "column over 3 ranks", uneven);
     const char* bad_rank[] = {"rank 4 of world 4", NULL};
-    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 4, 4, &s), NIBBLE_HOST_ERR_INVALID_ARGUMENT,
-          "rank 4 of 4", bad_rank);
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 4, 4, &s),
+          NIBBLE_HOST_ERR_INVALID_ARGUMENT, "rank 4 of 4", bad_rank);
     const char* no_split[] = {"parallel NONE", NULL};
-    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_NONE, 0, 1, &s), NIBBLE_HOST_ERR_INVALID_ARGUMENT,
-          "shard_spec without a split", no_split);
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_NONE, 0, 1, &s),
+          NIBBLE_HOST_ERR_INVALID_ARGUMENT, "shard_spec without a split", no_split);
 
     /* prepare refuses the same split, before reading weights, with the same reason */
     nibble_host_layer_options o;
@@ -368,18 +371,20 @@ int main(void) {
     o.rank = 1;
     o.world = 8;
     nibble_host_linear* lin = NULL;
-    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_UNSUPPORTED, "prepare row over 8", straddle);
+    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_UNSUPPORTED,
+          "prepare row over 8", straddle);
     CHECK(lin == NULL, "no layer for a refused split");
     o.parallel = NIBBLE_PARALLEL_NONE;
     o.world = 2;
     const char* none_world[] = {"parallel NONE", NULL};
-    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_INVALID_ARGUMENT, "world 2 without a split",
-          none_world);
+    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_INVALID_ARGUMENT,
+          "world 2 without a split", none_world);
     /* a caller built before the split fields: the whole layer */
     o.struct_size = (uint32_t)offsetof(nibble_host_layer_options, parallel);
     if (ok(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), "options of the first release")) {
       ok(nibble_host_linear_spec(lin, &s), "spec");
-      CHECK(s.parallel == NIBBLE_PARALLEL_NONE && s.n == 256, "whole layer: parallel %d, N %lld", (int)s.parallel, (long long)s.n);
+      CHECK(s.parallel == NIBBLE_PARALLEL_NONE && s.n == 256, "whole layer: parallel %d, N %lld",
+            (int)s.parallel, (long long)s.n);
       nibble_host_linear_free(lin);
     }
     /* the selection of a partition decides on the partition's spec */
@@ -389,7 +394,8 @@ int main(void) {
     o.world = 2;
     nibble_host_selection* sel = NULL;
     if (ok(nibble_host_select(reg, ck, layer, &o, &sel), "select a partition")) {
-      CHECK(nibble_host_selection_backend(sel) != NULL, "a backend for the partition: %s", nibble_host_selection_trace(sel));
+      CHECK(nibble_host_selection_backend(sel) != NULL, "a backend for the partition: %s",
+            nibble_host_selection_trace(sel));
       nibble_host_selection_free(sel);
     }
     for (int32_t world = 2; world <= 4; world += 2) {

@@ -83,8 +83,8 @@ const LayerEntry& quantized_layer(const Checkpoint& ck, const char* name, const 
   return *e;
 }
 
-constexpr nibble_host_layer_options kDefaultLayerOptions{sizeof(nibble_host_layer_options), nullptr, 0, 0, 0, nullptr,
-                                                          NIBBLE_PARALLEL_NONE, 0, 0};
+constexpr nibble_host_layer_options kDefaultLayerOptions{
+    sizeof(nibble_host_layer_options), nullptr, 0, 0, 0, nullptr, NIBBLE_PARALLEL_NONE, 0, 0};
 
 // The tensor-parallel split asked for: none, or a checked column / row and rank, world.
 struct Split {
@@ -95,16 +95,19 @@ struct Split {
 Split split_arg(int32_t parallel, int32_t rank, int32_t world, const char* function) {
   if (parallel == NIBBLE_PARALLEL_NONE) {
     if (rank != 0 || world > 1)
-      throw Error(Errc::invalid_argument, fmt::format("{}: rank {} of world {} given with parallel NONE: expected COLUMN ({}) "
-                                                      "or ROW ({}) to split the layer, or rank 0 and world 0 or 1",
-                                                      function, rank, world, int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: rank {} of world {} given with parallel NONE: expected COLUMN ({}) "
+                              "or ROW ({}) to split the layer, or rank 0 and world 0 or 1",
+                              function, rank, world, int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
     return {};
   }
   if (parallel != NIBBLE_PARALLEL_COLUMN && parallel != NIBBLE_PARALLEL_ROW)
-    throw Error(Errc::invalid_argument, fmt::format("{}: parallel: expected NONE (0), COLUMN ({}) or ROW ({}), found {}", function,
-                                                    int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW), parallel));
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: parallel: expected NONE (0), COLUMN ({}) or ROW ({}), found {}", function,
+                            int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW), parallel));
   if (world < 1 || rank < 0 || rank >= world)
-    throw Error(Errc::invalid_argument, fmt::format("{}: rank {} of world {}: expected 0 <= rank < world", function, rank, world));
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: rank {} of world {}: expected 0 <= rank < world", function, rank, world));
   return {Parallel(parallel), rank, world};
 }
 
@@ -333,18 +336,20 @@ nibble_host_error* nibble_host_checkpoint_spec(const nibble_host_checkpoint* c, 
   });
 }
 
-nibble_host_error* nibble_host_checkpoint_shard_spec(const nibble_host_checkpoint* c, const char* layer, int32_t act_dtype,
-                                                     int32_t parallel, int32_t rank, int32_t world,
-                                                     nibble_linear_spec* spec) {
+nibble_host_error* nibble_host_checkpoint_shard_spec(const nibble_host_checkpoint* c, const char* layer,
+                                                     int32_t act_dtype, int32_t parallel, int32_t rank,
+                                                     int32_t world, nibble_linear_spec* spec) {
   return guarded([&] {
     constexpr const char* fn = "nibble_host_checkpoint_shard_spec";
     const Checkpoint& ck = *require(c, fn, "checkpoint").checkpoint;
     const LayerEntry& e = quantized_layer(ck, layer, fn);
     const Split split = split_arg(parallel, rank, world, fn);
     if (split.how == Parallel::none)
-      throw Error(Errc::invalid_argument, fmt::format("{}: layer '{}': parallel NONE: expected COLUMN ({}) or ROW ({})", fn,
-                                                      e.name, int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
-    nibble_linear_spec s = shard_spec(ck.spec_of(e, act_dtype_arg(act_dtype, fn)), split.how, split.rank, split.world).to_abi();
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: layer '{}': parallel NONE: expected COLUMN ({}) or ROW ({})", fn, e.name,
+                              int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
+    nibble_linear_spec s =
+        shard_spec(ck.spec_of(e, act_dtype_arg(act_dtype, fn)), split.how, split.rank, split.world).to_abi();
     s.layer_name = e.name.c_str();
     capi::write_sized(spec, s, fn, "spec");
   });

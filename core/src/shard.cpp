@@ -64,9 +64,10 @@ LinearSpec shard_spec(const LinearSpec& s, Parallel how, int rank, int world) {
                                                  s.name, s.k, world, kp, unit, s.bits, unit));
     // With act order every rank keeps all groups, so only a plain grouped layer can straddle.
     if (!s.act_order && s.group_size > 0 && kp % s.group_size)
-      throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
-                                                 "multiple of the group size {}: a group would straddle two ranks",
-                                                 s.name, s.k, world, kp, s.group_size));
+      throw Error(Errc::unsupported,
+                  fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
+                              "multiple of the group size {}: a group would straddle two ranks",
+                              s.name, s.k, world, kp, s.group_size));
     out.k = kp;
     out.has_bias = s.has_bias && rank == 0;
   } else {

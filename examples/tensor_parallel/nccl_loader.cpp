@@ -18,14 +18,17 @@ std::vector<std::string> candidates() {
   if (const char* e = std::getenv("CUDA_HOME"); e && *e) cuda_roots.emplace_back(e);
   cuda_roots.emplace_back("/usr/local/cuda");
   for (const auto& r : cuda_roots)
-    for (const char* lib : {"/lib64/libnccl.so.2", "/lib/libnccl.so.2", "/targets/x86_64-linux/lib/libnccl.so.2"})
+    for (const char* lib :
+         {"/lib64/libnccl.so.2", "/lib/libnccl.so.2", "/targets/x86_64-linux/lib/libnccl.so.2"})
       c.push_back(r + lib);
   // PyTorch's wheel depends on nvidia-nccl-cu*, which installs nvidia/nccl/lib/libnccl.so.2.
-  std::vector<std::string> prefixes = {"/usr/lib/python3*", "/usr/local/lib/python3*", "/opt/conda/lib/python3*",
-                                       "/opt/*/lib/python3*"};
+  std::vector<std::string> prefixes = {"/usr/lib/python3*", "/usr/local/lib/python3*",
+                                       "/opt/conda/lib/python3*", "/opt/*/lib/python3*"};
   for (const char* env : {"VIRTUAL_ENV", "CONDA_PREFIX"})
-    if (const char* e = std::getenv(env); e && *e) prefixes.insert(prefixes.begin(), std::string(e) + "/lib/python3*");
-  if (const char* h = std::getenv("HOME"); h && *h) prefixes.push_back(std::string(h) + "/.local/lib/python3*");
+    if (const char* e = std::getenv(env); e && *e)
+      prefixes.insert(prefixes.begin(), std::string(e) + "/lib/python3*");
+  if (const char* h = std::getenv("HOME"); h && *h)
+    prefixes.push_back(std::string(h) + "/.local/lib/python3*");
   for (const auto& p : prefixes)
     for (const char* sp : {"/site-packages", "/dist-packages"}) {
       const std::string pattern = p + sp + "/nvidia/nccl/lib/libnccl.so.2";

@@ -57,7 +57,8 @@ void nccl_ok(const tp::Nccl& n, ncclResult_t r, const char* what) {
 // The message of a failed C API call (and frees it); "" for success.
 std::string message_of(nibble_host_error* e) {
   if (!e) return {};
-  std::string m = std::string(nibble_host_status_name(nibble_host_error_status(e))) + ": " + nibble_host_error_message(e);
+  std::string m =
+      std::string(nibble_host_status_name(nibble_host_error_status(e))) + ": " + nibble_host_error_message(e);
   nibble_host_error_free(e);
   return m;
 }
@@ -74,15 +75,25 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) die(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--model") a.model = value();
-    else if (k == "--plugin-dir") a.plugin_dir = value();
-    else if (k == "--world") a.world = std::atoi(value().c_str());
-    else if (k == "--m") a.m = std::atoi(value().c_str());
-    else if (k == "--iters") a.iters = std::atoi(value().c_str());
-    else if (k == "--rank") a.rank = std::atoi(value().c_str());
-    else if (k == "--nccl-id") a.nccl_id = value();
-    else if (k == "--find-nccl") a.find_nccl = true;
-    else die("unknown argument '" + k + "' (usage: --model DIR [--world W] [--m M] [--iters N] [--plugin-dir DIR])");
+    if (k == "--model")
+      a.model = value();
+    else if (k == "--plugin-dir")
+      a.plugin_dir = value();
+    else if (k == "--world")
+      a.world = std::atoi(value().c_str());
+    else if (k == "--m")
+      a.m = std::atoi(value().c_str());
+    else if (k == "--iters")
+      a.iters = std::atoi(value().c_str());
+    else if (k == "--rank")
+      a.rank = std::atoi(value().c_str());
+    else if (k == "--nccl-id")
+      a.nccl_id = value();
+    else if (k == "--find-nccl")
+      a.find_nccl = true;
+    else
+      die("unknown argument '" + k +
+          "' (usage: --model DIR [--world W] [--m M] [--iters N] [--plugin-dir DIR])");
   }
   if (a.model.empty() && !a.find_nccl) die("--model DIR is required");
   if (a.world < 1 || a.m < 1 || a.iters < 1) die("--world, --m and --iters must be positive");
@@ -99,13 +110,16 @@ int launch(const Args& a, int argc, char** argv) {
     return kSkip;
   }
   if (a.world > devices)
-    die("--world " + std::to_string(a.world) + " needs one GPU per rank; this machine has " + std::to_string(devices));
+    die("--world " + std::to_string(a.world) + " needs one GPU per rank; this machine has " +
+        std::to_string(devices));
   std::string where;
   const tp::Nccl* nccl = tp::load_nccl(&where);
-  if (!nccl) die("no NCCL library could be loaded (set NIBBLE_NCCL_LIBRARY to a libnccl.so.2); looked in:" + where);
+  if (!nccl)
+    die("no NCCL library could be loaded (set NIBBLE_NCCL_LIBRARY to a libnccl.so.2); looked in:" + where);
   int version = 0;
   nccl->get_version(&version);
-  std::printf("NCCL %d from %s; W = %d ranks on %d of %d GPUs\n", version, nccl->path.c_str(), a.world, a.world, devices);
+  std::printf("NCCL %d from %s; W = %d ranks on %d of %d GPUs\n", version, nccl->path.c_str(), a.world,
+              a.world, devices);
   std::fflush(stdout);
   // The id holds the address of a bootstrap thread of this process, which lives until the ranks
   // have connected: the launcher waits for them below.
@@ -113,7 +127,8 @@ int launch(const Args& a, int argc, char** argv) {
   nccl_ok(*nccl, nccl->get_unique_id(&id), "ncclGetUniqueId");
   char path[] = "/tmp/nibble-tp-id-XXXXXX";
   const int fd = mkstemp(path);
-  if (fd < 0 || write(fd, &id, sizeof id) != ssize_t(sizeof id)) die(std::string("writing the NCCL id to ") + path);
+  if (fd < 0 || write(fd, &id, sizeof id) != ssize_t(sizeof id))
+    die(std::string("writing the NCCL id to ") + path);
   close(fd);
   std::vector<pid_t> pids;
   for (int r = 0; r < a.world; ++r) {
@@ -189,8 +204,8 @@ struct Reference {
 };
 
 // y and the magnitude from nibble's dequantized weight (float32 [K, N], rounded once), threaded over N.
-Reference reference(nibble_host_checkpoint* ck, const char* layer, const std::vector<__half>& x, int64_t m, int64_t k,
-                    int64_t n) {
+Reference reference(nibble_host_checkpoint* ck, const char* layer, const std::vector<__half>& x, int64_t m,
+                    int64_t k, int64_t n) {
   std::vector<float> w(std::size_t(k * n));
   int64_t shape[2] = {k, n};
   DLTensor t{};
@@ -237,8 +252,8 @@ Reference reference(nibble_host_checkpoint* ck, const char* layer, const std::ve
 double worst_ratio(const std::vector<__half>& y, const Reference& r, int extra_roundings) {
   double worst = 0;
   for (std::size_t i = 0; i < y.size(); ++i) {
-    const double tol =
-        std::ldexp(std::fabs(r.y[i]), -11) + (std::ldexp(1.0, -10) + extra_roundings * std::ldexp(1.0, -11)) * r.mag[i] + 1e-30;
+    const double tol = std::ldexp(std::fabs(r.y[i]), -11) +
+                       (std::ldexp(1.0, -10) + extra_roundings * std::ldexp(1.0, -11)) * r.mag[i] + 1e-30;
     worst = std::max(worst, std::fabs(double(__half2float(y[i])) - r.y[i]) / tol);
   }
   return worst;
@@ -320,13 +335,14 @@ int run_rank(const Args& a) {
       const std::string why = message_of(nibble_host_prepare(reg, ck, name.c_str(), &o, &part, nullptr));
       int32_t ok_here = part ? 1 : 0, ok_all = 0;
       cuda_ok(cudaMemcpyAsync(flag, &ok_here, sizeof ok_here, cudaMemcpyHostToDevice, stream), "upload");
-      nccl_ok(*nccl, nccl->all_reduce(flag, flag, 1, ncclInt32, ncclMin, comm, stream), "ncclAllReduce (verdicts)");
+      nccl_ok(*nccl, nccl->all_reduce(flag, flag, 1, ncclInt32, ncclMin, comm, stream),
+              "ncclAllReduce (verdicts)");
       cuda_ok(cudaMemcpyAsync(&ok_all, flag, sizeof ok_all, cudaMemcpyDeviceToHost, stream), "download");
       cuda_ok(cudaStreamSynchronize(stream), "sync");
       if (!ok_all) {
         if (a.rank == 0 || !part)
-          std::printf("NOT RUN W=%d %s %s-parallel: rank %d: %s\n", a.world, name.c_str(), split_name(split), a.rank,
-                      part ? "another rank could not prepare its partition" : why.c_str());
+          std::printf("NOT RUN W=%d %s %s-parallel: rank %d: %s\n", a.world, name.c_str(), split_name(split),
+                      a.rank, part ? "another rank could not prepare its partition" : why.c_str());
         nibble_host_linear_free(part);
         ++not_run;
         continue;
@@ -345,25 +361,31 @@ int run_rank(const Args& a) {
       cuda_ok(cudaMalloc(&dx, xs.size() * sizeof(__half)), "cudaMalloc x");
       cuda_ok(cudaMalloc(&dy, std::size_t(m * pn) * sizeof(__half)), "cudaMalloc y");
       cuda_ok(cudaMalloc(&dall, std::size_t(m * n) * sizeof(__half)), "cudaMalloc combined y");
-      cuda_ok(cudaMemcpyAsync(dx, xs.data(), xs.size() * sizeof(__half), cudaMemcpyHostToDevice, stream), "upload x");
+      cuda_ok(cudaMemcpyAsync(dx, xs.data(), xs.size() * sizeof(__half), cudaMemcpyHostToDevice, stream),
+              "upload x");
       int64_t sx[2] = {m, pk}, sy[2] = {m, pn};
       DLTensor tx = device_tensor(dx, sx, dev), ty = device_tensor(dy, sy, dev);
       auto apply = [&] { nibble_ok(nibble_host_linear_apply(part, &tx, &ty, stream), "apply"); };
       auto combine = [&] {
         if (split == Split::column)  // rank-major [W, M, N/W] into dall
-          nccl_ok(*nccl, nccl->all_gather(dy, dall, std::size_t(m * pn), ncclHalf, comm, stream), "ncclAllGather");
+          nccl_ok(*nccl, nccl->all_gather(dy, dall, std::size_t(m * pn), ncclHalf, comm, stream),
+                  "ncclAllGather");
         else
-          nccl_ok(*nccl, nccl->all_reduce(dy, dall, std::size_t(m * n), ncclHalf, ncclSum, comm, stream), "ncclAllReduce");
+          nccl_ok(*nccl, nccl->all_reduce(dy, dall, std::size_t(m * n), ncclHalf, ncclSum, comm, stream),
+                  "ncclAllReduce");
       };
       apply();
       combine();
       std::vector<__half> got(std::size_t(m * n)), staged(std::size_t(m * n));
-      cuda_ok(cudaMemcpyAsync(staged.data(), dall, staged.size() * sizeof(__half), cudaMemcpyDeviceToHost, stream), "download");
+      cuda_ok(cudaMemcpyAsync(staged.data(), dall, staged.size() * sizeof(__half), cudaMemcpyDeviceToHost,
+                              stream),
+              "download");
       cuda_ok(cudaStreamSynchronize(stream), "sync");
       if (split == Split::column) {
         for (int r = 0; r < a.world; ++r)
           for (int64_t i = 0; i < m; ++i)
-            std::memcpy(&got[std::size_t(i * n + r * pn)], &staged[std::size_t((r * m + i) * pn)], std::size_t(pn) * sizeof(__half));
+            std::memcpy(&got[std::size_t(i * n + r * pn)], &staged[std::size_t((r * m + i) * pn)],
+                        std::size_t(pn) * sizeof(__half));
       } else {
         got = staged;
       }
@@ -380,17 +402,23 @@ int run_rank(const Args& a) {
         wo.rank = 0;
         wo.world = 0;
         nibble_host_linear* whole = nullptr;
-        nibble_ok(nibble_host_prepare(reg, ck, name.c_str(), &wo, &whole, nullptr), "prepare the unsplit layer");
+        nibble_ok(nibble_host_prepare(reg, ck, name.c_str(), &wo, &whole, nullptr),
+                  "prepare the unsplit layer");
         __half *wx = nullptr, *wy = nullptr;
         cuda_ok(cudaMalloc(&wx, x.size() * sizeof(__half)), "cudaMalloc");
         cuda_ok(cudaMalloc(&wy, std::size_t(m * n) * sizeof(__half)), "cudaMalloc");
-        cuda_ok(cudaMemcpyAsync(wx, x.data(), x.size() * sizeof(__half), cudaMemcpyHostToDevice, stream), "upload");
+        cuda_ok(cudaMemcpyAsync(wx, x.data(), x.size() * sizeof(__half), cudaMemcpyHostToDevice, stream),
+                "upload");
         int64_t swx[2] = {m, k}, swy[2] = {m, n};
         DLTensor twx = device_tensor(wx, swx, dev), twy = device_tensor(wy, swy, dev);
-        auto apply_whole = [&] { nibble_ok(nibble_host_linear_apply(whole, &twx, &twy, stream), "apply unsplit"); };
+        auto apply_whole = [&] {
+          nibble_ok(nibble_host_linear_apply(whole, &twx, &twy, stream), "apply unsplit");
+        };
         apply_whole();
         std::vector<__half> unsplit(std::size_t(m * n));
-        cuda_ok(cudaMemcpyAsync(unsplit.data(), wy, unsplit.size() * sizeof(__half), cudaMemcpyDeviceToHost, stream), "download");
+        cuda_ok(cudaMemcpyAsync(unsplit.data(), wy, unsplit.size() * sizeof(__half), cudaMemcpyDeviceToHost,
+                                stream),
+                "download");
         cuda_ok(cudaStreamSynchronize(stream), "sync");
         const double whole_us = timer.per_call_us(stream, a.iters, apply_whole);
         const Reference ref = reference(ck, name.c_str(), x, m, k, n);
@@ -403,13 +431,16 @@ int run_rank(const Args& a) {
         const double r_whole = worst_ratio(unsplit, ref, 0);
         const bool ok = r_split <= 1 && r_whole <= 1 && std::isfinite(max_diff);
         (ok ? passed : failed)++;
-        std::printf("%s W=%d %s %s-parallel [%lld x %lld] part [%lld x %lld] M=%lld: max |combined - unsplit| %.3g "
-                    "(max |y| %.3g); vs reference: combined %.2fx, unsplit %.2fx tolerance\n",
-                    ok ? "PASS" : "FAIL", a.world, name.c_str(), split_name(split), (long long)k, (long long)n,
-                    (long long)pk, (long long)pn, (long long)m, max_diff, max_y, r_split, r_whole);
-        std::printf("TIME W=%d %s %s-parallel M=%lld: apply %.2f us, apply + %s %.2f us per call; unsplit on one GPU %.2f us\n",
-                    a.world, name.c_str(), split_name(split), (long long)m, apply_us,
-                    split == Split::column ? "all-gather" : "all-reduce", total_us, whole_us);
+        std::printf(
+            "%s W=%d %s %s-parallel [%lld x %lld] part [%lld x %lld] M=%lld: max |combined - unsplit| %.3g "
+            "(max |y| %.3g); vs reference: combined %.2fx, unsplit %.2fx tolerance\n",
+            ok ? "PASS" : "FAIL", a.world, name.c_str(), split_name(split), (long long)k, (long long)n,
+            (long long)pk, (long long)pn, (long long)m, max_diff, max_y, r_split, r_whole);
+        std::printf(
+            "TIME W=%d %s %s-parallel M=%lld: apply %.2f us, apply + %s %.2f us per call; unsplit on one GPU "
+            "%.2f us\n",
+            a.world, name.c_str(), split_name(split), (long long)m, apply_us,
+            split == Split::column ? "all-gather" : "all-reduce", total_us, whole_us);
         std::fflush(stdout);
         cudaFree(wx);
         cudaFree(wy);
@@ -427,7 +458,8 @@ int run_rank(const Args& a) {
   nibble_host_policy_free(pol);
   nibble_host_registry_free(reg);
   if (a.rank != 0) return 0;
-  std::printf("W=%d %s: %d passed, %d failed, %d not run\n", a.world, a.model.c_str(), passed, failed, not_run);
+  std::printf("W=%d %s: %d passed, %d failed, %d not run\n", a.world, a.model.c_str(), passed, failed,
+              not_run);
   return failed ? 1 : (passed ? 0 : 2);
 }
 
