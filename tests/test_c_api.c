@@ -5,6 +5,7 @@
  *
  * Environment: NIBBLE_TEST_PLUGIN_DIRS (the test plugins and cpu_w4a16), NIBBLE_FIXTURES. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,73 @@ static nibble_host_linear* prepare_on(nibble_host_registry* reg, nibble_host_che
   ok(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), backend);
   nibble_host_policy_free(pol);
   return lin;
+}
+
+/* Rank `rank` of `world`'s partition of `layer`, prepared on `backend` (parallel: nibble_parallel). */
+static nibble_host_linear* prepare_part(nibble_host_registry* reg, nibble_host_checkpoint* ck,
+                                        const char* layer, const char* backend, int32_t parallel,
+                                        int32_t rank, int32_t world) {
+  nibble_host_policy* pol = NULL;
+  nibble_host_linear* lin = NULL;
+  if (!ok(nibble_host_policy_new(&pol), "policy_new")) return NULL;
+  ok(nibble_host_policy_pin(pol, backend, 1), "policy_pin");
+  nibble_host_layer_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.policy = pol;
+  o.device_type = kDLCPU;
+  o.parallel = parallel;
+  o.rank = rank;
+  o.world = world;
+  ok(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), "prepare a partition");
+  nibble_host_policy_free(pol);
+  return lin;
+}
+
+/* The layer split over `world` ranks on cpu_w4a16, combined on the host as an engine does (column:
+ * y concatenated along N; row: rank r takes x's columns [r K/w, (r+1) K/w) and the y are summed),
+ * against the unsplit layer on the same backend. Returns the worst |combined - unsplit| / max |y|. */
+static double split_error(nibble_host_registry* reg, nibble_host_checkpoint* ck, const char* layer,
+                          int32_t parallel, int32_t world) {
+  enum { M = 3, K = 512, N = 256 };
+  static uint16_t x[M * K], xs[M * K], y[M * N], part[M * N];
+  static double sum[M * N];
+  const DLDataType f16 = {kDLFloat, 16, 1};
+  for (int i = 0; i < M * K; ++i) x[i] = f32_to_f16((float)((i * 5) % 13 - 6) / 8.0f);
+  memset(sum, 0, sizeof sum);
+  nibble_host_linear* whole = prepare_on(reg, ck, layer, "cpu_w4a16");
+  if (!whole) return INFINITY;
+  int64_t sx[2] = {M, K}, sy[2] = {M, N};
+  DLTensor tx = tensor2d(x, sx, NULL, f16), ty = tensor2d(y, sy, NULL, f16);
+  ok(nibble_host_linear_apply(whole, &tx, &ty, NULL), "apply the whole layer");
+  nibble_host_linear_free(whole);
+  for (int32_t r = 0; r < world; ++r) {
+    nibble_host_linear* lin = prepare_part(reg, ck, layer, "cpu_w4a16", parallel, r, world);
+    if (!lin) return INFINITY;
+    nibble_linear_spec s;
+    s.struct_size = sizeof s;
+    ok(nibble_host_linear_spec(lin, &s), "partition spec");
+    CHECK(s.parallel == parallel && s.full_k == K && s.full_n == N,
+          "partition spec: parallel %d full %lldx%lld", (int)s.parallel, (long long)s.full_k,
+          (long long)s.full_n);
+    int64_t pk = s.k, pn = s.n;
+    for (int m = 0; m < M; ++m)
+      for (int64_t k = 0; k < pk; ++k)
+        xs[m * pk + k] = parallel == NIBBLE_PARALLEL_ROW ? x[m * K + r * pk + k] : x[m * K + k];
+    int64_t px[2] = {M, pk}, py[2] = {M, pn};
+    DLTensor tpx = tensor2d(xs, px, NULL, f16), tpy = tensor2d(part, py, NULL, f16);
+    ok(nibble_host_linear_apply(lin, &tpx, &tpy, NULL), "apply a partition");
+    for (int m = 0; m < M; ++m)
+      for (int64_t n = 0; n < pn; ++n)
+        sum[m * N + (parallel == NIBBLE_PARALLEL_COLUMN ? r * pn + n : n)] += f16_to_f32(part[m * pn + n]);
+    nibble_host_linear_free(lin);
+  }
+  double max_y = 0, max_err = 0;
+  for (int i = 0; i < M * N; ++i) {
+    max_y = fmax(max_y, fabs(f16_to_f32(y[i])));
+    max_err = fmax(max_err, fabs(sum[i] - f16_to_f32(y[i])));
+  }
+  return max_y > 0 ? max_err / max_y : INFINITY;
 }
 
 int main(void) {
@@ -195,7 +263,7 @@ int main(void) {
     nibble_host_policy* pol = NULL;
     ok(nibble_host_policy_from_toml("prefer = [\"test_good_b\"]\ndeny = [\"cpu_w4a16\"]\n", "inline.toml", &pol), "toml");
     nibble_host_selection* sel = NULL;
-    nibble_host_layer_options so = {sizeof so, pol, 0, 0, 0, NULL};
+    nibble_host_layer_options so = {sizeof so, pol, 0, 0, 0, NULL, NIBBLE_PARALLEL_NONE, 0, 0};
     if (ok(nibble_host_select(reg, ck, layer, &so, &sel), "select")) {
       CHECK(nibble_host_selection_backend(sel) && strcmp(nibble_host_selection_backend(sel), "test_good_b") == 0, "winner %s",
             nibble_host_selection_backend(sel));
@@ -219,7 +287,7 @@ int main(void) {
     const char* n2[] = {"backend 'ghost'", "cpu_w4a16", NULL};
     fails(nibble_host_select(reg, ck, layer, &so, &sel), NIBBLE_HOST_ERR_NO_BACKEND, "pin ghost", n2);
     /* Tensors on a CUDA device: the CPU backends are denied for it, and the trace says so. */
-    nibble_host_layer_options cuda = {sizeof cuda, NULL, 0, kDLCUDA, 0, NULL};
+    nibble_host_layer_options cuda = {sizeof cuda, NULL, 0, kDLCUDA, 0, NULL, NIBBLE_PARALLEL_NONE, 0, 0};
     if (ok(nibble_host_select(reg, ck, layer, &cuda, &sel), "select for cuda")) {
       nibble_host_candidate c;
       c.struct_size = sizeof c;
@@ -236,7 +304,7 @@ int main(void) {
   {
     nibble_host_policy* pol = NULL;
     ok(nibble_host_policy_from_toml("prefer = [\"test_process_fails\", \"test_good_b\"]\n", "fallback.toml", &pol), "toml");
-    nibble_host_layer_options o = {sizeof o, pol, 0, 0, 0, NULL};
+    nibble_host_layer_options o = {sizeof o, pol, 0, 0, 0, NULL, NIBBLE_PARALLEL_NONE, 0, 0};
     nibble_host_linear* lin = NULL;
     nibble_host_selection* sel = NULL;
     if (ok(nibble_host_prepare(reg, ck, layer, &o, &lin, &sel), "prepare with fallback")) {
@@ -268,6 +336,75 @@ int main(void) {
           nibble_host_error_message(e));
     nibble_host_error_free(e);
     nibble_host_policy_free(pol);
+  }
+
+  /* ---- tensor parallelism: a rank's partition, its spec, and the splits that are refused ---- */
+  {
+    nibble_linear_spec s;
+    s.struct_size = sizeof s;
+    if (ok(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 1, 4, &s),
+           "shard_spec column"))
+      CHECK(s.parallel == NIBBLE_PARALLEL_COLUMN && s.n == 64 && s.k == 512 && s.full_n == 256 &&
+                strcmp(s.layer_name, layer) == 0,
+            "column 1 of 4: %lldx%lld of %lld", (long long)s.k, (long long)s.n, (long long)s.full_n);
+    if (ok(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 3, 4, &s), "shard_spec row"))
+      CHECK(s.parallel == NIBBLE_PARALLEL_ROW && s.k == 128 && s.n == 256 && s.full_k == 512,
+            "row 3 of 4: %lldx%lld", (long long)s.k, (long long)s.n);
+    const char* straddle[] = {layer, "row-parallel split of K 512 over 8 ranks", "group size 128", NULL};
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 0, 8, &s),
+          NIBBLE_HOST_ERR_UNSUPPORTED, "row over 8 ranks (K_part 64 < G 128)", straddle);
+    const char* uneven[] = {layer, "column-parallel split of N 256 over 3 ranks", "not divisible", NULL};
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_COLUMN, 2, 3, &s),
+          NIBBLE_HOST_ERR_UNSUPPORTED, "column over 3 ranks", uneven);
+    const char* bad_rank[] = {"rank 4 of world 4", NULL};
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_ROW, 4, 4, &s),
+          NIBBLE_HOST_ERR_INVALID_ARGUMENT, "rank 4 of 4", bad_rank);
+    const char* no_split[] = {"parallel NONE", NULL};
+    fails(nibble_host_checkpoint_shard_spec(ck, layer, 0, NIBBLE_PARALLEL_NONE, 0, 1, &s),
+          NIBBLE_HOST_ERR_INVALID_ARGUMENT, "shard_spec without a split", no_split);
+
+    /* prepare refuses the same split, before reading weights, with the same reason */
+    nibble_host_layer_options o;
+    memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.parallel = NIBBLE_PARALLEL_ROW;
+    o.rank = 1;
+    o.world = 8;
+    nibble_host_linear* lin = NULL;
+    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_UNSUPPORTED,
+          "prepare row over 8", straddle);
+    CHECK(lin == NULL, "no layer for a refused split");
+    o.parallel = NIBBLE_PARALLEL_NONE;
+    o.world = 2;
+    const char* none_world[] = {"parallel NONE", NULL};
+    fails(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), NIBBLE_HOST_ERR_INVALID_ARGUMENT,
+          "world 2 without a split", none_world);
+    /* a caller built before the split fields: the whole layer */
+    o.struct_size = (uint32_t)offsetof(nibble_host_layer_options, parallel);
+    if (ok(nibble_host_prepare(reg, ck, layer, &o, &lin, NULL), "options of the first release")) {
+      ok(nibble_host_linear_spec(lin, &s), "spec");
+      CHECK(s.parallel == NIBBLE_PARALLEL_NONE && s.n == 256, "whole layer: parallel %d, N %lld",
+            (int)s.parallel, (long long)s.n);
+      nibble_host_linear_free(lin);
+    }
+    /* the selection of a partition decides on the partition's spec */
+    o.struct_size = sizeof o;
+    o.parallel = NIBBLE_PARALLEL_COLUMN;
+    o.rank = 0;
+    o.world = 2;
+    nibble_host_selection* sel = NULL;
+    if (ok(nibble_host_select(reg, ck, layer, &o, &sel), "select a partition")) {
+      CHECK(nibble_host_selection_backend(sel) != NULL, "a backend for the partition: %s",
+            nibble_host_selection_trace(sel));
+      nibble_host_selection_free(sel);
+    }
+    for (int32_t world = 2; world <= 4; world += 2) {
+      const double col = split_error(reg, ck, layer, NIBBLE_PARALLEL_COLUMN, world);
+      const double row = split_error(reg, ck, layer, NIBBLE_PARALLEL_ROW, world);
+      /* column: the same products per output; row: each rank's y rounded to f16 once before the sum */
+      CHECK(col <= 1e-3, "column over %d ranks: worst error %g of max |y|", world, col);
+      CHECK(row <= 4e-3, "row over %d ranks: worst error %g of max |y|", world, row);
+    }
   }
 
   /* ---- apply on cpu_w4a16 against test_good_b (double accumulation), after freeing registry and

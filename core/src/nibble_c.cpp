@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "nibble/shard.h"
 #include "nibble/version.h"
 #include "nibble_c_internal.h"
 
@@ -82,7 +83,33 @@ const LayerEntry& quantized_layer(const Checkpoint& ck, const char* name, const 
   return *e;
 }
 
-constexpr nibble_host_layer_options kDefaultLayerOptions{sizeof(nibble_host_layer_options), nullptr, 0, 0, 0, nullptr};
+constexpr nibble_host_layer_options kDefaultLayerOptions{
+    sizeof(nibble_host_layer_options), nullptr, 0, 0, 0, nullptr, NIBBLE_PARALLEL_NONE, 0, 0};
+
+// The tensor-parallel split asked for: none, or a checked column / row and rank, world.
+struct Split {
+  Parallel how = Parallel::none;
+  int rank = 0, world = 1;
+};
+
+Split split_arg(int32_t parallel, int32_t rank, int32_t world, const char* function) {
+  if (parallel == NIBBLE_PARALLEL_NONE) {
+    if (rank != 0 || world > 1)
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: rank {} of world {} given with parallel NONE: expected COLUMN ({}) "
+                              "or ROW ({}) to split the layer, or rank 0 and world 0 or 1",
+                              function, rank, world, int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
+    return {};
+  }
+  if (parallel != NIBBLE_PARALLEL_COLUMN && parallel != NIBBLE_PARALLEL_ROW)
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: parallel: expected NONE (0), COLUMN ({}) or ROW ({}), found {}", function,
+                            int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW), parallel));
+  if (world < 1 || rank < 0 || rank >= world)
+    throw Error(Errc::invalid_argument,
+                fmt::format("{}: rank {} of world {}: expected 0 <= rank < world", function, rank, world));
+  return {Parallel(parallel), rank, world};
+}
 
 // The caller's policy, plus a deny of every backend whose memory is not options.device_type.
 struct LayerRequest {
@@ -309,6 +336,25 @@ nibble_host_error* nibble_host_checkpoint_spec(const nibble_host_checkpoint* c, 
   });
 }
 
+nibble_host_error* nibble_host_checkpoint_shard_spec(const nibble_host_checkpoint* c, const char* layer,
+                                                     int32_t act_dtype, int32_t parallel, int32_t rank,
+                                                     int32_t world, nibble_linear_spec* spec) {
+  return guarded([&] {
+    constexpr const char* fn = "nibble_host_checkpoint_shard_spec";
+    const Checkpoint& ck = *require(c, fn, "checkpoint").checkpoint;
+    const LayerEntry& e = quantized_layer(ck, layer, fn);
+    const Split split = split_arg(parallel, rank, world, fn);
+    if (split.how == Parallel::none)
+      throw Error(Errc::invalid_argument,
+                  fmt::format("{}: layer '{}': parallel NONE: expected COLUMN ({}) or ROW ({})", fn, e.name,
+                              int(NIBBLE_PARALLEL_COLUMN), int(NIBBLE_PARALLEL_ROW)));
+    nibble_linear_spec s =
+        shard_spec(ck.spec_of(e, act_dtype_arg(act_dtype, fn)), split.how, split.rank, split.world).to_abi();
+    s.layer_name = e.name.c_str();
+    capi::write_sized(spec, s, fn, "spec");
+  });
+}
+
 // ---- selection --------------------------------------------------------------------------------
 
 nibble_host_error* nibble_host_select(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
@@ -321,7 +367,10 @@ nibble_host_error* nibble_host_select(const nibble_host_registry* registry, cons
     const Checkpoint& ck = *require(checkpoint, fn, "checkpoint").checkpoint;
     const LayerRequest r = layer_request(reg, options, fn);
     const LayerEntry& e = quantized_layer(ck, layer, fn);
-    Selection sel = reg.select(ck.spec_of(e, act_dtype_arg(r.options.act_dtype, fn)), r.policy);
+    const Split split = split_arg(r.options.parallel, r.options.rank, r.options.world, fn);
+    LinearSpec spec = ck.spec_of(e, act_dtype_arg(r.options.act_dtype, fn));
+    if (split.how != Parallel::none) spec = shard_spec(spec, split.how, split.rank, split.world);
+    Selection sel = reg.select(spec, r.policy);
     explain_device_denials(r, sel);
     std::string trace = sel.trace();
     *out = new nibble_host_selection{std::move(sel), std::move(trace)};
@@ -366,7 +415,11 @@ nibble_host_error* nibble_host_prepare(const nibble_host_registry* registry, con
     const LayerRequest r = layer_request(reg, options, fn);
     const nibble_host_layer_options& o = r.options;
     const LayerEntry& e = quantized_layer(ck, layer, fn);
-    const CanonicalLinear w = ck.load(e.name, act_dtype_arg(o.act_dtype, fn));
+    const Split split = split_arg(o.parallel, o.rank, o.world, fn);
+    if (split.how != Parallel::none)  // refuse an impossible split before any weight is read
+      shard_spec(ck.spec_of(e, act_dtype_arg(o.act_dtype, fn)), split.how, split.rank, split.world);
+    CanonicalLinear w = ck.load(e.name, act_dtype_arg(o.act_dtype, fn));
+    if (split.how != Parallel::none) w = shard(w, split.how, split.rank, split.world);
     PreparedSelection ps = reg.select_and_prepare(w, r.policy, o.stream);
     explain_device_denials(r, ps.selection);
     if (!ps) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -79,6 +80,12 @@ T& require(T* p, const char* function, const char* argument) {
 template <class T>
 constexpr uint32_t v1_size() noexcept {
   return uint32_t(sizeof(T));
+}
+
+// The options as the first release knew them: they ended at `stream`.
+template <>
+constexpr uint32_t v1_size<nibble_host_layer_options>() noexcept {
+  return uint32_t(offsetof(nibble_host_layer_options, stream) + sizeof(void*));
 }
 
 /// Copies `value` into the caller's struct, at most out->struct_size bytes, and sets its

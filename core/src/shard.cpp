@@ -37,40 +37,58 @@ Tensor slice_rows(const Tensor& t, int64_t r0, int64_t nr) {
 
 }  // namespace
 
-CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int world) {
-  const LinearSpec& s = w.spec;
+LinearSpec shard_spec(const LinearSpec& s, Parallel how, int rank, int world) {
   if (world < 1 || rank < 0 || rank >= world)
     throw Error(Errc::invalid_argument, fmt::format("layer '{}': rank {} of world {} is not a valid partition", s.name, rank, world));
   if (s.parallel != Parallel::none)
     throw Error(Errc::invalid_argument, fmt::format("layer '{}': already a {}-parallel partition", s.name, parallel_name(s.parallel)));
-  CanonicalLinear out;
-  out.spec = s;
-  out.spec.full_k = s.k;
-  out.spec.full_n = s.n;
-  out.spec.parallel = how;
+  LinearSpec out = s;
+  out.full_k = s.k;
+  out.full_n = s.n;
+  out.parallel = how;
   if (how == Parallel::column) {
     if (s.n % world)
       throw Error(Errc::unsupported, fmt::format("layer '{}': column-parallel split of N {} over {} ranks: not divisible",
                                                  s.name, s.n, world));
-    const int64_t np = s.n / world, c0 = rank * np;
-    out.spec.n = np;
-    out.qweight = slice_cols(w.qweight, c0, np);
-    out.zeros = slice_cols(w.zeros, c0, np);
-    out.scales = slice_cols(w.scales, c0, np);
-    out.g_idx = w.g_idx;
-    out.bias = slice_cols(w.bias, c0, np);
+    out.n = s.n / world;
   } else if (how == Parallel::row) {
     if (s.k % world)
       throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: not divisible",
                                                  s.name, s.k, world));
-    const int64_t kp = s.k / world, k0 = rank * kp;
+    const int64_t kp = s.k / world;
     // A rank's rows must be whole words of the bit stream: 32 / gcd(32, b) rows (8 at 4 bits, 32 at 3).
     const int64_t unit = 32 / std::gcd<int64_t>(32, s.bits);
     if (kp % unit)
       throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
                                                  "multiple of {} ({}-bit codes are packed {} rows to a whole number of words)",
                                                  s.name, s.k, world, kp, unit, s.bits, unit));
-    out.spec.k = kp;
+    // With act order every rank keeps all groups, so only a plain grouped layer can straddle.
+    if (!s.act_order && s.group_size > 0 && kp % s.group_size)
+      throw Error(Errc::unsupported,
+                  fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
+                              "multiple of the group size {}: a group would straddle two ranks",
+                              s.name, s.k, world, kp, s.group_size));
+    out.k = kp;
+    out.has_bias = s.has_bias && rank == 0;
+  } else {
+    throw Error(Errc::invalid_argument, fmt::format("layer '{}': shard() needs column or row", s.name));
+  }
+  return out;
+}
+
+CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int world) {
+  const LinearSpec& s = w.spec;
+  CanonicalLinear out;
+  out.spec = shard_spec(s, how, rank, world);
+  if (how == Parallel::column) {
+    const int64_t np = out.spec.n, c0 = rank * np;
+    out.qweight = slice_cols(w.qweight, c0, np);
+    out.zeros = slice_cols(w.zeros, c0, np);
+    out.scales = slice_cols(w.scales, c0, np);
+    out.g_idx = w.g_idx;
+    out.bias = slice_cols(w.bias, c0, np);
+  } else {
+    const int64_t kp = out.spec.k, k0 = rank * kp;
     out.qweight = slice_rows(w.qweight, k0 * s.bits / 32, kp * s.bits / 32);
     if (s.act_order) {
       out.g_idx = slice_rows(w.g_idx, k0, kp);  // values still index the full layer's groups
@@ -80,21 +98,11 @@ CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int worl
       out.zeros = w.zeros;  // one scale per output column covers every K slice
       out.scales = w.scales;
     } else {
-      if (kp % s.group_size)
-        throw Error(Errc::unsupported, fmt::format("layer '{}': row-parallel split of K {} over {} ranks: K_part {} is not a "
-                                                   "multiple of the group size {}: a group would straddle two ranks",
-                                                   s.name, s.k, world, kp, s.group_size));
       const int64_t g0 = k0 / s.group_size, ng = kp / s.group_size;
       out.zeros = slice_rows(w.zeros, g0, ng);
       out.scales = slice_rows(w.scales, g0, ng);
     }
-    if (rank == 0) {
-      out.bias = w.bias;
-    } else {
-      out.spec.has_bias = false;
-    }
-  } else {
-    throw Error(Errc::invalid_argument, fmt::format("layer '{}': shard() needs column or row", s.name));
+    if (rank == 0) out.bias = w.bias;
   }
   validate(out);
   return out;

@@ -17,6 +17,6 @@ from ._errors import (DeviceError, FormatError, InternalError, InvalidArgumentEr
                       NibbleIOError, NoBackendError, NoDeviceError, NotFoundError, OutOfMemoryError, PluginError,
                       PluginUnsupportedError, UnsupportedError)
 from .core import (Backend, Candidate, Checkpoint, Device, Layer, LayerChoice, Policy, PreparedLinear, Registry,
-                   Selection, Skipped, Spec, explain)
+                   Selection, Shard, Skipped, Spec, explain)
 
 __version__ = _capi.text(_capi.lib.nibble_host_version())

@@ -85,7 +85,8 @@ class CandidateInfo(Sized):
 
 class LayerOptions(Sized):
     _fields_ = [("struct_size", c_uint32), ("policy", c_void_p), ("act_dtype", c_int32), ("device_type", c_int32),
-                ("device_id", c_int32), ("stream", c_void_p)]
+                ("device_id", c_int32), ("stream", c_void_p), ("parallel", c_int32), ("rank", c_int32),
+                ("world", c_int32)]
 
 
 _H = c_void_p  # every handle, and nibble_host_error*
@@ -119,6 +120,7 @@ _PROTOTYPES = {
     "nibble_host_checkpoint_layer": (_H, [_H, c_size_t, POINTER(LayerInfo)]),
     "nibble_host_checkpoint_find_layer": (_H, [_H, c_char_p, POINTER(c_size_t)]),
     "nibble_host_checkpoint_spec": (_H, [_H, c_char_p, c_int32, POINTER(LinearSpec)]),
+    "nibble_host_checkpoint_shard_spec": (_H, [_H, c_char_p, c_int32, c_int32, c_int32, c_int32, POINTER(LinearSpec)]),
     "nibble_host_checkpoint_dequantize": (_H, [_H, c_char_p, c_void_p]),
     "nibble_host_select": (_H, [_H, _H, c_char_p, POINTER(LayerOptions), POINTER(_H)]),
     "nibble_host_selection_free": (None, [_H]),

@@ -229,12 +229,48 @@ class Policy:
         return self
 
 
-def _options(policy, dtype, device, stream=None):
+@dataclass(frozen=True)
+class Shard:
+    """Rank `rank` of `world` ranks' partition of a layer (docs/tensor_parallel.md). split "column"
+    slices N (the ranks' y are concatenated along N); "row" slices K (rank r takes x[:, r*K/world :
+    (r+1)*K/world] and the ranks' y are summed; the bias is on rank 0 only)."""
+    split: str
+    rank: int
+    world: int
+
+    def x_columns(self, k):
+        """The slice of x's K columns this rank takes: all of them for a column split."""
+        if self.split == "column":
+            return slice(0, k)
+        part = k // self.world
+        return slice(self.rank * part, (self.rank + 1) * part)
+
+
+_SPLITS = {"column": 1, "row": 2}
+
+
+def _shard_arg(shard):
+    """(parallel, rank, world) for the C API from a Shard, a (split, rank, world) tuple or None."""
+    if shard is None:
+        return 0, 0, 0
+    if isinstance(shard, tuple) and len(shard) == 3:
+        shard = Shard(*shard)
+    if not isinstance(shard, Shard):
+        raise InvalidArgumentError(f"shard: expected a nibble.Shard or (split, rank, world), found {shard!r}",
+                                   "invalid argument")
+    if shard.split not in _SPLITS:
+        raise InvalidArgumentError(f"shard: split: expected 'column' or 'row', found {shard.split!r}", "invalid argument")
+    return _SPLITS[shard.split], int(shard.rank), int(shard.world)
+
+
+def _options(policy, dtype, device, stream=None, shard=None):
     dev_type, dev_id = _device_arg(device)
     if policy is not None and not isinstance(policy, Policy):
         raise InvalidArgumentError(f"policy: expected a nibble.Policy, found {type(policy).__name__}", "invalid argument")
+    parallel, rank, world = _shard_arg(shard)
     return _capi.LayerOptions(policy=policy._h.value if policy is not None else None, act_dtype=_dtype_arg(dtype),
-                              device_type=dev_type, device_id=dev_id, stream=stream)
+                              device_type=dev_type, device_id=dev_id, stream=stream, parallel=parallel, rank=rank,
+                              world=world)
 
 
 class Registry:
@@ -275,12 +311,13 @@ class Registry:
                 return b
         raise KeyError(f"backend '{name}' was not found; backends: {', '.join(b.name for b in self.backends) or '(none)'}")
 
-    def select(self, checkpoint, layer, *, policy=None, dtype=None, device=None):
+    def select(self, checkpoint, layer, *, policy=None, dtype=None, device=None, shard=None):
         """The Selection for a quantized layer (no weights are read). device: where the tensors will
-        be; backends whose memory is elsewhere are denied."""
+        be; backends whose memory is elsewhere are denied. shard: a Shard (or (split, rank, world)):
+        the selection for that rank's partition."""
         ck = _checkpoint(checkpoint)  # kept alive across the call: its handle is freed with it
         h = _capi.c_void_p()
-        _check(lib.nibble_host_select(self._h, ck._h, layer.encode(), _options(policy, dtype, device), h))
+        _check(lib.nibble_host_select(self._h, ck._h, layer.encode(), _options(policy, dtype, device, shard=shard), h))
         return Selection._take(h)
 
     def explain(self, checkpoint, *, policy=None, dtype=None, device=None):
@@ -289,12 +326,15 @@ class Registry:
         return [LayerChoice(l, self.select(ck, l.name, policy=policy, dtype=dtype, device=device)
                             if l.status == "quantized" else None) for l in ck.layers]
 
-    def prepare(self, checkpoint, layer, *, policy=None, dtype=None, device=None, stream=None):
+    def prepare(self, checkpoint, layer, *, policy=None, dtype=None, device=None, stream=None, shard=None):
         """A PreparedLinear of `layer` on the selected backend (the next viable one where its
-        process_weights fails). NoBackendError, carrying the whole trace, when none can take it."""
+        process_weights fails). NoBackendError, carrying the whole trace, when none can take it.
+        shard: a Shard (or (split, rank, world)): only that rank's partition is prepared;
+        UnsupportedError naming the layer, the split and the group size where it cannot be made."""
         ck = _checkpoint(checkpoint)
         out, sel = _capi.c_void_p(), _capi.c_void_p()
-        _check(lib.nibble_host_prepare(self._h, ck._h, layer.encode(), _options(policy, dtype, device, stream), out, sel))
+        _check(lib.nibble_host_prepare(self._h, ck._h, layer.encode(), _options(policy, dtype, device, stream, shard),
+                                       out, sel))
         return PreparedLinear(out, Selection._take(sel))
 
 
@@ -324,9 +364,16 @@ class Checkpoint:
             raise KeyError(f"layer '{name}' is not a linear layer of {self.path}")
         return self._by_name[name]
 
-    def spec(self, layer, dtype=None):
+    def spec(self, layer, dtype=None, shard=None):
+        """The layer's Spec from the tensor headers (no weights are read); with shard (a Shard or
+        (split, rank, world)), that rank's partition's, with every check of the split."""
         s = _capi.LinearSpec()
-        _check(lib.nibble_host_checkpoint_spec(self._h, layer.encode(), _dtype_arg(dtype), s))
+        if shard is None:
+            _check(lib.nibble_host_checkpoint_spec(self._h, layer.encode(), _dtype_arg(dtype), s))
+        else:
+            parallel, rank, world = _shard_arg(shard)
+            _check(lib.nibble_host_checkpoint_shard_spec(self._h, layer.encode(), _dtype_arg(dtype), parallel, rank, world,
+                                                         s))
         return Spec._read(s)
 
     def dequantize(self, layer, out=None):

@@ -215,6 +215,13 @@ nibble_host_error* nibble_host_checkpoint_find_layer(const nibble_host_checkpoin
 nibble_host_error* nibble_host_checkpoint_spec(const nibble_host_checkpoint* checkpoint, const char* layer,
                                                int32_t act_dtype, nibble_linear_spec* spec);
 
+/** The spec of rank `rank` of `world` ranks' partition of a quantized layer (parallel: COLUMN or
+ *  ROW, as in nibble_host_layer_options), from the tensor headers alone, with every check of the
+ *  split: what a host asks before it loads or prepares anything. */
+nibble_host_error* nibble_host_checkpoint_shard_spec(const nibble_host_checkpoint* checkpoint, const char* layer,
+                                                     int32_t act_dtype, int32_t parallel, int32_t rank, int32_t world,
+                                                     nibble_linear_spec* spec);
+
 /** The layer's weight as nibble's reference dequantizes it (w = s * (q - z), computed exactly and
  *  rounded once), written into `weight`: a host tensor (kDLCPU) of float32 [K, N], compact
  *  row-major. No backend is involved: this is the answer the backends are checked against, for a
@@ -243,9 +250,18 @@ typedef struct nibble_host_layer_options {
   int32_t device_id;                 /* GPU backends: the ordinal the weights go to and x, y live on; it
                                         must be the current device during prepare and apply */
   void* stream;                      /* the stream weights are uploaded on (NULL: the default) */
+  /* Tensor parallelism (appended; a caller whose struct ends at `stream` gets the whole layer):
+     the partition of the layer that rank `rank` of `world` ranks holds (docs/tensor_parallel.md).
+     COLUMN slices N: the ranks' y are concatenated along N. ROW slices K: rank r takes columns
+     [r K/world, (r+1) K/world) of x and the ranks' y are summed; the bias is on rank 0 only. A
+     split that cannot be made (N or K not divisible, a group straddling two ranks) fails with
+     NIBBLE_HOST_ERR_UNSUPPORTED naming the layer, the split and the group size. */
+  int32_t parallel;                  /* nibble_parallel; NONE (0): the whole layer, rank and world 0 or 0 and 1 */
+  int32_t rank;                      /* 0 <= rank < world */
+  int32_t world;                     /* ranks sharing the layer */
 } nibble_host_layer_options;
 
-/** Chooses a backend for a quantized layer of `checkpoint`. Nothing fitting is not an error: the
+/** Chooses a backend for a quantized layer of `checkpoint` (its partition, with options->parallel). Nothing fitting is not an error: the
  *  selection then has no backend and says why. An error for a pin of a backend that does not
  *  exist (the message lists those that do). */
 nibble_host_error* nibble_host_select(const nibble_host_registry* registry, const nibble_host_checkpoint* checkpoint,
@@ -266,8 +282,8 @@ const char* nibble_host_selection_trace(const nibble_host_selection* selection);
 
 /* ---- prepared layers -------------------------------------------------------------------------- */
 
-/** Selects a backend for `layer` (as nibble_host_select) and prepares its weights on the backend's
- *  device; where the winner's process_weights fails, the next viable candidate is tried (a strict
+/** Selects a backend for `layer` (as nibble_host_select) and prepares its weights (only the
+ *  partition of options->parallel, rank, world, where set) on the backend's device; where the winner's process_weights fails, the next viable candidate is tried (a strict
  *  policy has none outside its pin / prefer list). Fails with NIBBLE_HOST_ERR_NO_BACKEND and the
  *  whole trace (nibble_host_error_selection) when no candidate could take it. On success *out is
  *  the prepared layer and, if `selection` is not NULL, *selection the trace (freed by the caller). */

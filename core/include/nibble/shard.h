@@ -14,4 +14,9 @@ namespace nibble {
 /// Throws Errc::unsupported naming the layer and the numbers when the split is impossible.
 CanonicalLinear shard(const CanonicalLinear& w, Parallel how, int rank, int world);
 
+/// The spec of shard(w, how, rank, world) from the unsplit layer's spec alone (no weights are
+/// read), with the same checks: what a host asks before it loads anything, and what selection of
+/// a rank's partition decides on.
+LinearSpec shard_spec(const LinearSpec& s, Parallel how, int rank, int world);
+
 }  // namespace nibble
