@@ -15,10 +15,4 @@ bundler=../shared/scripts/gpu-bundle
 # The GPU plugins' runtimes and the fuzzers are not part of a CPU run.
 rm -f "$dest"/lib/libamdhip64* "$dest"/lib/libhsa* "$dest"/lib/libcudart*
 rm -rf "$dest/$build/tests/fuzz" "$dest/$build/plugins/cuda_w4a16" "$dest/$build/plugins/rocm_w4a16"
-for lib in "$dest"/lib/libdnnl.so*; do
-  [[ -f "$lib" && "$lib" != *.xz ]] && xz -T0 -9 -f "$lib"
-done
-tree=$(git ls-files -z | du -c --files0-from=- 2>/dev/null | tail -1 | cut -f1)
-bundle=$(du -sk "$dest" | cut -f1)
-echo "bundle $dest: $((bundle / 1024)) MiB; tracked tree: $((tree / 1024)) MiB; together $(((bundle + tree) / 1024)) MiB (the device tool takes 64)"
-(( bundle + tree < 60 * 1024 )) || { echo "too large for the device tool" >&2; exit 1; }
+bench/bundle_pack.sh "$dest"

@@ -152,44 +152,58 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m) {
   return (m + l.rb - 1) / l.rb * XSlots{w, l}.block_words();
 }
 
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp, float* xs,
-              const TeamMember& me) {
+namespace {
+// Parts per row: a row splits into one part per member when there are fewer rows than members, so
+// that M = 1 is gathered by the whole team; rows through row_src read all of x's row and stay whole.
+int64_t row_parts(const CpuWeights& w, int64_t m, int members) {
+  return m < members && w.identity_rows ? std::min<int64_t>(members, w.segments()) : 1;
+}
+}  // namespace
+
+int64_t gather_x_units(const CpuWeights& w, const XLayout& l, int64_t m, int members) {
+  const int64_t blocks = (m + l.rb - 1) / l.rb;
+  return m * row_parts(w, m, members) + blocks * l.rb - m;
+}
+
+void gather_x_unit(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m,
+                   int members, int64_t u, float* xp, float* xs) {
   const DType dt = DType(dtype);
   const XSlots slots{w, l};
-  const int64_t rb = l.rb, blocks = (m + rb - 1) / rb, segs = w.segments(), pad_rows = blocks * rb - m;
-  // Units of work: a part of a row's segments each (a row splits into one part per member when
-  // there are fewer rows than members, so that M = 1 is gathered by the whole team; rows through
-  // row_src read all of x's row and stay whole), then one unit per padding row of the last block.
-  const int team = me.size();
-  const int64_t parts = m < team && w.identity_rows ? std::min<int64_t>(team, segs) : 1;
+  const int64_t rb = l.rb, segs = w.segments(), parts = row_parts(w, m, members);
+  if (u >= m * parts) {  // padding: every slot and sum 0
+    const int64_t r = m + (u - m * parts);
+    const auto zero = [&](int64_t sg, int64_t ln) {
+      float* slot = xp + slots.at(r, sg, ln);
+      std::fill(slot, slot + (l.tile_steps ? 4 : x_words(l.form)), 0.0f);
+      if (l.tile_steps && l.form == XForm::kBf16x2)
+        std::fill(slot + slots.lo_offset(), slot + slots.lo_offset() + 4, 0.0f);
+    };
+    for (int64_t sg = 0; sg < segs; ++sg) {
+      const int64_t l0 = w.seg_line[size_t(sg)],
+                    l1 = l.tile_steps ? l0 + 4 * l.tile_steps : w.seg_line[size_t(sg + 1)];
+      for (int64_t ln = l0; ln < l1; ++ln) zero(sg, ln);
+    }
+    for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
+    return;
+  }
   thread_local std::vector<float> t_row;
   if (t_row.size() < size_t(w.lines * 8)) t_row.resize(size_t(w.lines * 8));
   float* row = t_row.data();
-  const int64_t units = m * parts + pad_rows;
-  for (int64_t u = me.share_begin(units); u < me.share_end(units); ++u) {
-    if (u >= m * parts) {  // padding: every slot and sum 0
-      const int64_t r = m + (u - m * parts);
-      const auto zero = [&](int64_t sg, int64_t ln) {
-        float* slot = xp + slots.at(r, sg, ln);
-        std::fill(slot, slot + (l.tile_steps ? 4 : x_words(l.form)), 0.0f);
-        if (l.tile_steps && l.form == XForm::kBf16x2) std::fill(slot + slots.lo_offset(), slot + slots.lo_offset() + 4, 0.0f);
-      };
-      for (int64_t sg = 0; sg < segs; ++sg) {
-        const int64_t l0 = w.seg_line[size_t(sg)], l1 = l.tile_steps ? l0 + 4 * l.tile_steps : w.seg_line[size_t(sg + 1)];
-        for (int64_t ln = l0; ln < l1; ++ln) zero(sg, ln);
-      }
-      for (int64_t sg = 0; sg < 2 * segs; ++sg) xs[(r / rb) * segs * 2 * rb + sg * rb + r % rb] = 0.0f;
-      continue;
-    }
-    const int64_t r = u / parts, part = u % parts;
-    const int64_t s0 = segs * part / parts, s1 = segs * (part + 1) / parts;
-    // The positions of x this part reads: its lines' (identity rows, zero past K), else all of K.
-    const int64_t i0 = w.identity_rows ? w.seg_line[size_t(s0)] * 8 : 0;
-    const int64_t i1 = w.identity_rows ? w.seg_line[size_t(s1)] * 8 : w.k;
-    row_to_f32(x, dt, r, w.k, std::min(i0, w.k), std::min(i1, w.k), row);
-    if (i1 > w.k) std::fill(row + std::max(i0, w.k), row + i1, 0.0f);
-    gather_segments(w, slots, r, row, s0, s1, xp, xs);
-  }
+  const int64_t r = u / parts, part = u % parts;
+  const int64_t s0 = segs * part / parts, s1 = segs * (part + 1) / parts;
+  // The positions of x this part reads: its lines' (identity rows, zero past K), else all of K.
+  const int64_t i0 = w.identity_rows ? w.seg_line[size_t(s0)] * 8 : 0;
+  const int64_t i1 = w.identity_rows ? w.seg_line[size_t(s1)] * 8 : w.k;
+  row_to_f32(x, dt, r, w.k, std::min(i0, w.k), std::min(i1, w.k), row);
+  if (i1 > w.k) std::fill(row + std::max(i0, w.k), row + i1, 0.0f);
+  gather_segments(w, slots, r, row, s0, s1, xp, xs);
+}
+
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp,
+              float* xs, const TeamMember& me) {
+  const int64_t units = gather_x_units(w, l, m, me.size());
+  for (int64_t u = me.share_begin(units); u < me.share_end(units); ++u)
+    gather_x_unit(w, x, dtype, l, m, me.size(), u, xp, xs);
 }
 
 void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {

@@ -81,10 +81,16 @@ struct FusedArgs {
 inline int64_t fused_y_stride(const CpuWeights& w) { return (w.tiles | 1) * kTileN; }
 
 /// Fills xp and xs of FusedArgs from x [m, K] of `dtype`, in layout `l`. Called by every member of
-/// a team (ThreadTeam), each doing its static share (no barrier at the end: the caller's), or by one
-/// thread as a team of one.
-void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp, float* xs,
-              const TeamMember& me);
+/// a team (ThreadTeam::run), each doing its static share (no barrier at the end: the caller's), or
+/// by one thread as a team of one.
+void gather_x(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m, float* xp,
+              float* xs, const TeamMember& me);
+/// The same work in units that any member of a team of `members` may do, in any order (a dynamic
+/// job's members take them from a counter): a part of a row's segments each (one part per member
+/// where there are fewer rows than members), then one per padding row of the last block of rows.
+int64_t gather_x_units(const CpuWeights& w, const XLayout& l, int64_t m, int members);
+void gather_x_unit(const CpuWeights& w, const void* x, int32_t dtype, const XLayout& l, int64_t m,
+                   int members, int64_t u, float* xp, float* xs);
 
 /// Computes tiles [t0, t1) of y for all m rows, segments [a.seg0, a.seg1). One function per ISA
 /// (each in its own file, compiled with that ISA's flags).

@@ -227,9 +227,9 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
-// The first exception a member of a job threw. A member that throws before a barrier would leave
-// the others waiting there for ever: the job catches, lets its members pass the barriers without
-// work, and apply rethrows once the team is done.
+// The first exception a member of a job threw. A member that throws must not leave the others
+// waiting: every unit of a dynamic job is counted (TeamCount) whether it was done, failed or
+// skipped after a failure, so the phases still end, and apply rethrows once the team is done.
 struct JobError {
   std::mutex mu;
   std::exception_ptr first;
@@ -250,13 +250,32 @@ struct JobError {
   }
 };
 
+// Units [0, n) of a phase of a dynamic job, taken one at a time by whichever members come.
+struct alignas(64) UnitCounter {
+  std::atomic<int64_t> next{0};
+  template <class F>
+  void take_all(int64_t n, F&& f) {
+    for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n;) f(u);
+  }
+};
+
+// Column ranges of y for the phases that write whole columns (store, the sum of K slices): a few
+// per member, whole tiles each.
+struct ColumnUnits {
+  int64_t n, tiles, cols;
+  ColumnUnits(const CpuWeights& w, int members)
+      : n(std::min<int64_t>(w.tiles, 4 * int64_t(members))), tiles(w.tiles), cols(w.n) {}
+  int64_t c0(int64_t u) const { return std::min(cols, tiles * u / n * kTileN); }
+  int64_t c1(int64_t u) const { return std::min(cols, tiles * (u + 1) / n * kTileN); }
+};
+
 bool split_k_allowed() {
   const char* env = std::getenv("NIBBLE_CPU_SPLIT_K");
   return !env || std::strcmp(env, "0") != 0;
 }
 
 // The oneDNN path: the team gathers x as f32 rows, oneDNN (its own OpenMP threads) multiplies,
-// the team stores y.
+// the team stores y; both phases are dynamic jobs (units from a counter).
 void apply_onednn(const Prepared& p, const void* x, int64_t m, void* y_out) {
   const CpuWeights& w = p.w;
   Scratch& sc = t_scratch;
@@ -268,23 +287,30 @@ void apply_onednn(const Prepared& p, const void* x, int64_t m, void* y_out) {
   sc.y.resize(size_t(m * ldy));
   const int members = int(std::min<int64_t>(num_threads(), std::max<int64_t>(m, w.tiles)));
   JobError err;
-  auto gather = [&](const TeamMember& me) {
-    err.guard([&] { gather_x(w, x, p.spec.act_dtype, l, m, sc.xp.data(), sc.xs.data(), me); });
-  };
-  team.run(members, gather);
-  err.rethrow();
-  p.onednn->run(sc.xp.data(), m, sc.y.data());
-  auto store = [&](const TeamMember& me) {
-    err.guard([&] {
-      store_y(w, sc.y.data(), ldy, DType(p.spec.act_dtype), m, y_out, std::min(w.n, me.share_begin(w.tiles) * kTileN),
-              std::min(w.n, me.share_end(w.tiles) * kTileN));
+  const int64_t gather_units = gather_x_units(w, l, m, members);
+  UnitCounter gathers;
+  auto gather = [&](const TeamMember&) {
+    gathers.take_all(gather_units, [&](int64_t u) {
+      err.guard([&] { gather_x_unit(w, x, p.spec.act_dtype, l, m, members, u, sc.xp.data(), sc.xs.data()); });
     });
   };
-  team.run(members, store);
+  team.run_dynamic(members, gather);
+  err.rethrow();
+  p.onednn->run(sc.xp.data(), m, sc.y.data());
+  const ColumnUnits cols(w, members);
+  UnitCounter stores;
+  auto store = [&](const TeamMember&) {
+    stores.take_all(cols.n, [&](int64_t u) {
+      err.guard(
+          [&] { store_y(w, sc.y.data(), ldy, DType(p.spec.act_dtype), m, y_out, cols.c0(u), cols.c1(u)); });
+    });
+  };
+  team.run_dynamic(members, store);
   err.rethrow();
 }
 
-int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg, size_t cap) {
+int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y, void*, char* msg,
+              size_t cap) {
   return guarded(msg, cap, [&]() -> int32_t {
     if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
     const auto& p = *reinterpret_cast<const Prepared*>(h);
@@ -304,54 +330,77 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const int want = num_threads();
     // K slices where the tiles are too few for the team (partial sums, added up in slice order).
     const int64_t slices = split_k_allowed() ? k_slices(w, form.quantum, form.min_quanta, want) : 1;
-    const std::vector<int64_t> bounds = slices > 1 ? slice_bounds(w, slices) : std::vector<int64_t>{0, w.segments()};
+    const std::vector<int64_t> bounds =
+        slices > 1 ? slice_bounds(w, slices) : std::vector<int64_t>{0, w.segments()};
     const int64_t nslices = int64_t(bounds.size()) - 1;
     const int members = int(std::min<int64_t>(want, w.tiles * nslices));
     sc.xp.resize(size_t(x_buffer_words(w, l, m)));
     sc.xs.resize(size_t(blocks * w.segments() * 2 * l.rb));
     sc.y.resize(size_t(nslices * m * ldy));
     const DType dt = DType(p.spec.act_dtype);
-    const FusedArgs args{&w, sc.xp.data(), sc.xs.data(), m, l.rb, sc.y.data(), ldy, p.spec.act_dtype == NIBBLE_DTYPE_F32,
-                         l.form, 0, w.segments(), l.tile_steps};
-    // Ranges: the one-tile form (bandwidth-bound) takes fixed shares of single tiles first, then
-    // small guided chunks; the GEMM forms (compute-bound, weights reused from cache) whole
-    // column blocks, of their preferred width where the team has enough of them.
+    const FusedArgs args{&w,           sc.xp.data(),
+                         sc.xs.data(), m,
+                         l.rb,         sc.y.data(),
+                         ldy,          p.spec.act_dtype == NIBBLE_DTYPE_F32,
+                         l.form,       0,
+                         w.segments(), l.tile_steps};
+    // Pieces: the one-tile form (bandwidth-bound) about 32 per member, so that a member's run is
+    // one long stream and a late member's back half is worth stealing; the GEMM forms
+    // (compute-bound, weights reused from cache) whole column blocks, of their preferred width
+    // where the team has enough of them.
     int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(members) * 32));
     if (form.compute_bound)
-      chunk = std::clamp<int64_t>(w.tiles / (int64_t(members) * 2) / form.quantum * form.quantum, form.quantum, form.chunk);
-    WorkQueue queue({w.tiles, nslices, chunk, !form.compute_bound, p.node_tiles}, members_per_node(members));
+      chunk = std::clamp<int64_t>(w.tiles / (int64_t(members) * 2) / form.quantum * form.quantum,
+                                  form.quantum, form.chunk);
+    std::vector<int> member_nodes(static_cast<size_t>(members));
+    for (int i = 0; i < members; ++i) member_nodes[size_t(i)] = team.node_of(i);
+    WorkQueue queue({w.tiles, nslices, chunk, p.node_tiles}, member_nodes);
+    const uint32_t pieces = queue.pieces();
+    const int64_t gather_units = gather_x_units(w, l, m, members);
+    const ColumnUnits cols(w, members);
+    UnitCounter gathers, sums;
+    TeamCount gathered, computed;
     JobError err;
-    // One job per call: the team gathers x, then each member computes ranges of tiles and, in one
-    // K slice, stores their columns of y; split in K, the members add the slices up after a
-    // second barrier, each its share of the columns, and store them.
+    // One dynamic job per call: whichever members come gather x unit by unit, wait until all of
+    // it is there, then compute their runs of pieces (stealing from the others' once theirs is
+    // done) and, in one K slice, store their columns of y. Split in K, the slices are added up
+    // and stored by column ranges once every piece is computed; a member that finds every
+    // range taken leaves without waiting.
     auto job = [&](const TeamMember& me) {
-      err.guard([&] { gather_x(w, x->data, p.spec.act_dtype, l, m, sc.xp.data(), sc.xs.data(), me); });
-      me.barrier();
-      err.guard([&] {
-        const int node = team.node_of(me.index());
-        for (WorkRange r; !err.failed.load(std::memory_order_relaxed) && queue.next(node, r);) {
+      gathers.take_all(gather_units, [&](int64_t u) {
+        err.guard([&] {
+          gather_x_unit(w, x->data, p.spec.act_dtype, l, m, members, u, sc.xp.data(), sc.xs.data());
+        });
+        gathered.add(1);
+      });
+      gathered.wait_until(uint32_t(gather_units), me);
+      for (WorkRange r; queue.next(me.index(), r);) {
+        err.guard([&] {
           FusedArgs a = args;
           a.y = sc.y.data() + r.slice * m * ldy;
           a.seg0 = bounds[size_t(r.slice)];
           a.seg1 = bounds[size_t(r.slice) + 1];
           form.fn(a, r.t0, r.t1);
           if (nslices == 1) store_y(w, a.y, ldy, dt, m, y->data, r.t0 * kTileN, std::min(w.n, r.t1 * kTileN));
-        }
-      });
+        });
+        if (nslices > 1) computed.add(1);
+      }
       if (nslices == 1) return;
-      me.barrier();
-      err.guard([&] {
-        const int64_t c0 = std::min(w.n, me.share_begin(w.tiles) * kTileN), c1 = std::min(w.n, me.share_end(w.tiles) * kTileN);
-        float* y0 = sc.y.data();
-        for (int64_t s = 1; s < nslices; ++s)
-          for (int64_t r = 0; r < m; ++r) {
-            const float* ys = sc.y.data() + (s * m + r) * ldy;
-            for (int64_t c = c0; c < c1; ++c) y0[r * ldy + c] += ys[c];
-          }
-        store_y(w, y0, ldy, dt, m, y->data, c0, c1);
+      sums.take_all(cols.n, [&](int64_t u) {
+        computed.wait_until(pieces, me);
+        err.guard([&] {
+          const int64_t c0 = cols.c0(u), c1 = cols.c1(u);
+          float* y0 = sc.y.data();
+          for (int64_t s = 1; s < nslices; ++s)
+            for (int64_t r = 0; r < m; ++r) {
+              const float* ys = sc.y.data() + (s * m + r) * ldy;
+              for (int64_t c = c0; c < c1; ++c) y0[r * ldy + c] += ys[c];
+            }
+          store_y(w, y0, ldy, dt, m, y->data, c0, c1);
+        });
       });
     };
-    team.run(members, job);
+    team.run_dynamic(members, job);
     err.rethrow();
     return NIBBLE_OK;
   });

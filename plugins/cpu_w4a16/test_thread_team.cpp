@@ -1,13 +1,21 @@
 // Tests of cpu_w4a16's thread team (thread_team.h), plain C++ on any CPU, and the one part of the
 // plugin's threading that ThreadSanitizer can check (scripts/sanitizers): every member runs, the
 // barrier orders what members write, concurrent callers queue, an exception comes back to the
-// caller, idle workers that went to sleep wake up, and a forked child runs jobs of its own.
+// caller, idle workers that went to sleep wake up, and a forked child runs jobs of its own; a
+// dynamic job gets all its work done by whichever members come, never waits for a worker that has
+// not started, and its counts order what members write.
 #include <doctest/doctest.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -15,6 +23,7 @@
 #include "test_util.h"
 #include "thread_team.h"
 
+using nibble::cpu::TeamCount;
 using nibble::cpu::TeamMember;
 using nibble::cpu::ThreadTeam;
 
@@ -42,6 +51,29 @@ int64_t barrier_round(ThreadTeam& team, int threads) {
   const int64_t want = int64_t(threads) * (threads + 1) / 2;
   for (int i = 0; i < threads; ++i) CHECK(seen[size_t(i)] == want);
   return want;
+}
+
+// A dynamic job of `units` units taken from a counter: each unit is done exactly once, by
+// whichever members came; returns how many members ran the job.
+int dynamic_round(ThreadTeam& team, int threads, int64_t units, int sleeper = -1) {
+  std::atomic<int64_t> next{0};
+  std::vector<std::atomic<int>> done(static_cast<size_t>(units));
+  std::vector<std::atomic<int>> ran(static_cast<size_t>(threads));
+  auto job = [&](const TeamMember& me) {
+    ran[size_t(me.index())].fetch_add(1);
+    if (me.index() == sleeper) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    for (int64_t u; (u = next.fetch_add(1)) < units;) done[size_t(u)].fetch_add(1);
+  };
+  CHECK(team.run_dynamic(threads, job) == threads);
+  int wrong = 0, members = 0;
+  for (auto& d : done) wrong += d.load() != 1;
+  CHECK_MESSAGE(wrong == 0, "units not done exactly once: ", wrong);
+  CHECK(ran[0] == 1);
+  for (auto& r : ran) {
+    CHECK(r.load() <= 1);
+    members += r.load();
+  }
+  return members;
 }
 
 }  // namespace
@@ -98,6 +130,7 @@ TEST_CASE("concurrent callers queue: one job at a time, each on the whole team")
           if (me.index() == 0) in_job.fetch_sub(1);
         };
         if (team.run(threads, job) != threads || members != threads) bad_sizes.fetch_add(1);
+        if (i % 3 == 0) dynamic_round(team, threads, 20);
         jobs.fetch_add(1);
       }
     });
@@ -115,6 +148,144 @@ TEST_CASE("an exception in a member comes back from run, and the team still work
   CHECK_THROWS_WITH(team.run(4, job), "member 2 failed");
   barrier_round(team, 4);
 }
+
+TEST_CASE("a dynamic job: every unit done once by the members that come, a late one included") {
+  ThreadTeam team;
+  for (int threads : {1, 2, 4, 7, 3})
+    for (int64_t units : {0, 1, 5, 1000}) {
+      const int members = dynamic_round(team, threads, units);
+      CHECK(members >= 1);
+      CHECK(members <= threads);
+    }
+  // A member that sleeps before it takes anything: the others do the work; it finds none left.
+  for (int sleeper : {0, 1, 3}) dynamic_round(team, 4, 200, sleeper);
+  // Static and dynamic jobs in turn, workers asleep in between too.
+  barrier_round(team, 4);
+  dynamic_round(team, 4, 64);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(ThreadTeam::kSpinNanos) * 3);
+  dynamic_round(team, 4, 64);
+  barrier_round(team, 4);
+}
+
+TEST_CASE("a dynamic job's count orders the members' writes; a barrier there is refused") {
+  ThreadTeam team;
+  for (int round = 0; round < 50; ++round) {
+    const int64_t units = 1 + round % 17;
+    std::vector<int64_t> value(size_t(units), 0);
+    std::atomic<int64_t> next{0};
+    TeamCount written;
+    std::atomic<int> bad{0};
+    auto job = [&](const TeamMember& me) {
+      for (int64_t u; (u = next.fetch_add(1)) < units;) {
+        value[size_t(u)] = u + 1;  // plain writes: the count must publish them
+        written.add(1);
+      }
+      written.wait_until(uint32_t(units), me);
+      int64_t sum = 0;
+      for (int64_t v : value) sum += v;
+      if (sum != units * (units + 1) / 2) bad.fetch_add(1);
+    };
+    team.run_dynamic(1 + round % 5, job);
+    CHECK(bad == 0);
+    CHECK(written.value() == uint32_t(units));
+  }
+  auto with_barrier = [](const TeamMember& me) { me.barrier(); };
+  CHECK_THROWS_AS(team.run_dynamic(3, with_barrier), std::logic_error);
+  dynamic_round(team, 3, 10);
+}
+
+TEST_CASE("an exception in a dynamic job comes back from run_dynamic, and the team still works") {
+  ThreadTeam team;
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int64_t> next{0};
+    auto job = [&](const TeamMember&) {
+      for (int64_t u; (u = next.fetch_add(1)) < 100;)
+        if (u == 37) throw std::runtime_error("unit 37 failed");
+    };
+    CHECK_THROWS_WITH(team.run_dynamic(4, job), "unit 37 failed");
+    auto caller_throws = [](const TeamMember& me) {
+      if (me.index() == 0) throw std::runtime_error("the caller failed");
+    };
+    CHECK_THROWS_WITH(team.run_dynamic(3, caller_throws), "the caller failed");
+    dynamic_round(team, 4, 50);
+    barrier_round(team, 4);
+  }
+}
+
+#if !defined(__SANITIZE_THREAD__)  // ThreadSanitizer defers a signal to a thread blocked in a raw syscall
+namespace {
+// Workers held in a signal handler (SIGUSR1) stand for threads the OS does not run: a vCPU that
+// is descheduled, a worker that sleeps on its futex and wakes late.
+std::atomic<uint32_t> g_hold{0};
+std::atomic<int> g_held{0};
+void hold_here(int) {
+  g_held.fetch_add(1);
+  while (g_hold.load() != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_hold), FUTEX_WAIT_PRIVATE, 1u, nullptr, nullptr, 0);
+  g_held.fetch_sub(1);
+}
+void release_held() {
+  g_hold.store(0);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_hold), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+}  // namespace
+
+TEST_CASE("a dynamic job never waits for a worker that has not started: held workers skip it") {
+  ThreadTeam team;
+  constexpr int kThreads = 4;
+  std::vector<pid_t> tid(kThreads, 0);
+  auto ids = [&](const TeamMember& me) { tid[size_t(me.index())] = pid_t(syscall(SYS_gettid)); };
+  team.run(kThreads, ids);
+  struct sigaction sa = {}, old = {};
+  sa.sa_handler = hold_here;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &sa, &old) == 0);
+  for (int held : {kThreads - 1, 1}) {  // every worker held, then worker 1 only
+    g_hold.store(1);
+    for (int i = 1; i <= held; ++i) REQUIRE(syscall(SYS_tgkill, getpid(), tid[size_t(i)], SIGUSR1) == 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (g_held.load() < held && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(g_held.load() == held);
+    // A watchdog lets the workers go after 20 s, so that a team that waits for them fails the
+    // checks below instead of hanging.
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return finished; })) release_held();
+    });
+    std::atomic<int64_t> next{0};
+    std::vector<std::atomic<int>> done(1000);
+    std::vector<std::atomic<int>> ran(kThreads);
+    auto job = [&](const TeamMember& me) {
+      ran[size_t(me.index())].fetch_add(1);
+      for (int64_t u; (u = next.fetch_add(1)) < 1000;) done[size_t(u)].fetch_add(1);
+    };
+    CHECK(team.run_dynamic(kThreads, job) == kThreads);
+    const int held_now = g_held.load();  // still held: the call did not wait for them
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      finished = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+    CHECK(held_now == held);
+    release_held();
+    // Once let go, the held workers find the job closed; the next static job needs every worker,
+    // so after it none can still be on its way into the old one.
+    barrier_round(team, kThreads);
+    int wrong = 0;
+    for (auto& d : done) wrong += d.load() != 1;
+    CHECK(wrong == 0);
+    CHECK(ran[0] == 1);
+    for (int i = 1; i <= held; ++i) CHECK_MESSAGE(ran[size_t(i)] == 0, "held worker ", i, " ran the job");
+    for (int i = held + 1; i < kThreads; ++i) CHECK(ran[size_t(i)] <= 1);
+  }
+  sigaction(SIGUSR1, &old, nullptr);
+  dynamic_round(team, kThreads, 100);
+}
+#endif
 
 TEST_CASE("placement: the caller on no node, workers round robin over the nodes") {
   ThreadTeam team;

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -37,22 +38,19 @@ CpuWeights layer(int64_t tiles, int64_t segments, int64_t seg_lines) {
   return w;
 }
 
-// Members take ranges concurrently (threads) and record them; every (slice, tile) must be seen once.
-void check_cover(const WorkQueue::Params& p, const std::vector<int>& nodes_of_members) {
-  std::vector<int> per_node;
-  for (int n : nodes_of_members)
-    if (n >= 0) {
-      if (per_node.size() <= size_t(n)) per_node.resize(size_t(n) + 1, 0);
-      ++per_node[size_t(n)];
-    }
-  if (!p.node_tiles.empty()) per_node.resize(p.node_tiles.size() - 1, 0);
-  WorkQueue q(p, per_node);
+// The members `running` (indices into member_nodes, any subset, any order) take ranges
+// concurrently (threads) and record them; every (slice, tile) must be seen exactly once, however
+// many members never call next.
+void check_cover(const WorkQueue::Params& p, const std::vector<int>& member_nodes,
+                 const std::vector<int>& running) {
+  WorkQueue q(p, member_nodes);
   std::vector<std::atomic<int>> seen(size_t(p.tiles * p.slices));
   std::atomic<int> bad_ranges{0};
+  std::atomic<int64_t> ranges{0};
   std::vector<std::thread> members;
-  for (int node : nodes_of_members)
-    members.emplace_back([&, node] {
-      for (WorkRange r; q.next(node, r);) {
+  for (int member : running)
+    members.emplace_back([&, member] {
+      for (WorkRange r; q.next(member, r); ++ranges) {
         if (r.t0 >= r.t1 || r.t0 < 0 || r.t1 > p.tiles || r.slice < 0 || r.slice >= p.slices)
           ++bad_ranges;
         else
@@ -61,12 +59,20 @@ void check_cover(const WorkQueue::Params& p, const std::vector<int>& nodes_of_me
     });
   for (auto& t : members) t.join();
   CHECK(bad_ranges == 0);
+  CHECK(ranges == int64_t(q.pieces()));
   int wrong = 0;
   for (auto& s : seen) wrong += s.load() != 1;
-  CHECK_MESSAGE(
-      wrong == 0,
-      fmt::format("tiles {} slices {} chunk {} fixed {} members {}: {} items not taken exactly once", p.tiles,
-                  p.slices, p.chunk, p.fixed_shares, nodes_of_members.size(), wrong));
+  CHECK_MESSAGE(wrong == 0,
+                fmt::format("tiles {} slices {} chunk {} nodes {} members {} running {}: {} items not taken "
+                            "exactly once",
+                            p.tiles, p.slices, p.chunk, p.node_tiles.size(), member_nodes.size(),
+                            running.size(), wrong));
+}
+
+void check_cover(const WorkQueue::Params& p, const std::vector<int>& member_nodes) {
+  std::vector<int> all;
+  for (int i = 0; i < int(member_nodes.size()); ++i) all.push_back(i);
+  check_cover(p, member_nodes, all);
 }
 
 }  // namespace
@@ -80,7 +86,6 @@ TEST_CASE("every tile of every slice is handed out once: any team, chunk, slices
           p.tiles = tiles;
           p.slices = slices;
           p.chunk = chunk;
-          p.fixed_shares = slices == 1;
           check_cover(p, std::vector<int>(size_t(members), 0));
           // Two nodes: the caller on none, workers alternating; and a node with no member at all.
           p.node_tiles = node_tiles(tiles, {1, 1}, 2);
@@ -92,35 +97,76 @@ TEST_CASE("every tile of every slice is handed out once: any team, chunk, slices
         }
 }
 
-TEST_CASE("fixed shares: one long range per member first, 15/16 of the tiles; ranges never cross a slice") {
+TEST_CASE("any subset of the members, in any order, takes every piece once (the others never come)") {
+  for (int64_t tiles : {3, 64, 255})
+    for (int64_t slices : {1, 4})
+      for (int members : {1, 3, 6})
+        for (bool nodes : {false, true}) {
+          WorkQueue::Params p;
+          p.tiles = tiles;
+          p.slices = slices;
+          p.chunk = 2;
+          std::vector<int> on(size_t(members), 0);
+          if (nodes) {
+            p.node_tiles = node_tiles(tiles, {1, 1}, 2);
+            on[0] = -1;
+            for (int i = 1; i < members; ++i) on[size_t(i)] = (i - 1) % 2;
+          }
+          // Every non-empty subset of the members (bit i: member i runs), in reverse order.
+          for (unsigned set = 1; set < (1u << members); ++set) {
+            std::vector<int> running;
+            for (int i = members - 1; i >= 0; --i)
+              if (set >> i & 1u) running.push_back(i);
+            check_cover(p, on, running);
+          }
+        }
+}
+
+TEST_CASE("one member alone takes its own run front to back, then the others' from their backs") {
   WorkQueue::Params p;
-  p.tiles = 256;
+  p.tiles = 16;
   p.chunk = 1;
-  p.fixed_shares = true;
-  WorkQueue q(p, {4});
+  WorkQueue q(p, {0, 0, 0, 0});  // four runs of 4 tiles: [0,4) [4,8) [8,12) [12,16)
   WorkRange r;
-  for (int i = 0; i < 4; ++i) {
-    REQUIRE(q.next(0, r));
-    CHECK(r.t1 - r.t0 == 256 * 15 / 16 / 4);
-  }
+  std::vector<int64_t> order;
+  while (q.next(1, r)) order.push_back(r.t0);
+  REQUIRE(order.size() == 16);
+  CHECK(std::vector<int64_t>(order.begin(), order.begin() + 4) == std::vector<int64_t>{4, 5, 6, 7});
+  // Then the back half of a run of 4 (the first in the scan with the most): its tile 2 of 4, then
+  // the rest of what it stole, front to back.
+  CHECK(order[4] == 2);
+  CHECK(order[5] == 3);
+  std::vector<int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t t = 0; t < 16; ++t) CHECK(sorted[size_t(t)] == t);
+}
+
+TEST_CASE("ranges never cross a slice or a node's tiles; a member's own node comes first") {
   WorkQueue::Params ps;
   ps.tiles = 10;
   ps.slices = 4;
   ps.chunk = 3;
-  WorkQueue qs(ps, {1});
+  WorkQueue qs(ps, {0});
+  WorkRange r;
   while (qs.next(0, r)) CHECK(r.t1 <= ps.tiles);
-}
-
-TEST_CASE("members take their own node's tiles while there are any") {
   WorkQueue::Params p;
   p.tiles = 100;
+  p.chunk = 7;
   p.node_tiles = {0, 40, 100};
-  WorkQueue q(p, {1, 1});
-  WorkRange r;
-  REQUIRE(q.next(1, r));
-  CHECK(r.t0 >= 40);
+  WorkQueue q(p, {1, 0});
   REQUIRE(q.next(0, r));
+  CHECK(r.t0 >= 40);
+  REQUIRE(q.next(1, r));
   CHECK(r.t1 <= 40);
+  // Member 1 (node 0) takes node 0's pieces before any of node 1's.
+  int64_t last_node0 = -1, first_node1 = -1, n = 0;
+  while (q.next(1, r)) {
+    CHECK((r.t1 <= 40 || r.t0 >= 40));
+    if (r.t1 <= 40) last_node0 = n;
+    if (r.t0 >= 40 && first_node1 < 0) first_node1 = n;
+    ++n;
+  }
+  CHECK(first_node1 > last_node0);
 }
 
 TEST_CASE("K slices: only where the tiles are few for the team, cut at segments of about equal lines") {

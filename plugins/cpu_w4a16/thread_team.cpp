@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <climits>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 
@@ -29,14 +30,15 @@ inline void cpu_relax() {
 #endif
 }
 
-// Waits until `word` is no longer `old`: spins for ThreadTeam::kSpinNanos, then sleeps on the
-// futex. After the first quarter of the spin it yields the core on every round: where the machine
-// has more runnable threads than cores (other processes, a host's own threads), the member it
-// waits for may be the one that needs this core. The waker stores the new value and then wakes if `sleepers`
-// is non-zero; both sides use sequentially consistent operations, so either the waker sees the sleeper or the
-// sleeper sees the new value before it sleeps (and FUTEX_WAIT itself returns at once if the word has
-// changed).
-void wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<int>& sleepers) {
+// Waits until `word` is no longer `old`: spins for `spin_nanos`, then sleeps on the futex. After
+// the first ThreadTeam::kYieldAfterNanos of the spin it yields the core on every round: where the
+// machine has more runnable threads than cores (other processes, a host's own threads, a team
+// larger than the CPUs), the member it waits for may be the one that needs this core. The waker
+// stores the new value and then wakes if `sleepers` is non-zero; both sides use sequentially
+// consistent operations, so either the waker sees the sleeper or the sleeper sees the new value
+// before it sleeps (and FUTEX_WAIT itself returns at once if the word has changed).
+void wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<int>& sleepers,
+                     int64_t spin_nanos) {
   if (word.load(std::memory_order_acquire) != old) return;
   const auto start = std::chrono::steady_clock::now();
   bool yielding = false;
@@ -48,8 +50,8 @@ void wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<int>
     if (word.load(std::memory_order_acquire) != old) return;
     if (yielding || i % 64 == 0) {
       const auto spun = std::chrono::steady_clock::now() - start;
-      if (spun > std::chrono::nanoseconds(ThreadTeam::kSpinNanos)) break;
-      yielding = spun > std::chrono::nanoseconds(ThreadTeam::kSpinNanos / 4);
+      if (spun > std::chrono::nanoseconds(spin_nanos)) break;
+      yielding = spun > std::chrono::nanoseconds(ThreadTeam::kYieldAfterNanos);
     }
   }
   sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -57,9 +59,19 @@ void wait_for_change(std::atomic<uint32_t>& word, uint32_t old, std::atomic<int>
   sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void wake_if_asleep(std::atomic<uint32_t>& word, std::atomic<int>& sleepers) {
+  if (sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(word);
+}
+
 void publish(std::atomic<uint32_t>& word, uint32_t value, std::atomic<int>& sleepers) {
   word.store(value, std::memory_order_seq_cst);
-  if (sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(word);
+  wake_if_asleep(word, sleepers);
+}
+
+int affinity_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 ThreadTeam* g_process_team = nullptr;
@@ -67,10 +79,25 @@ ThreadTeam* g_process_team = nullptr;
 }  // namespace
 
 void TeamMember::barrier() const {
+  if (dynamic_) throw std::logic_error("TeamMember::barrier in a dynamic job (ThreadTeam::run_dynamic)");
   if (size_ > 1) team_->barrier_wait();
 }
 
-ThreadTeam::ThreadTeam() = default;
+void TeamCount::add(uint32_t n) {
+  value_.fetch_add(n, std::memory_order_seq_cst);
+  wake_if_asleep(value_, sleepers_);
+}
+
+int64_t TeamMember::spin_nanos() const {
+  return team_ ? team_->spin_nanos_.load(std::memory_order_relaxed) : ThreadTeam::kSpinNanos;
+}
+
+void TeamCount::wait_until(uint32_t target, const TeamMember& me) const {
+  for (uint32_t v; (v = value_.load(std::memory_order_acquire)) < target;)
+    wait_for_change(value_, v, sleepers_, me.spin_nanos());
+}
+
+ThreadTeam::ThreadTeam() : cpus_(affinity_cpus()) {}
 
 // Stops and joins the workers (a team of a test; the process team is never destroyed).
 ThreadTeam::~ThreadTeam() {
@@ -89,7 +116,7 @@ void ThreadTeam::barrier_wait() {
     publish(phase_, phase + 1, barrier_sleepers_);
     return;
   }
-  wait_for_change(phase_, phase, barrier_sleepers_);
+  wait_for_change(phase_, phase, barrier_sleepers_, spin_nanos_.load(std::memory_order_relaxed));
 }
 
 // Called with placement_mu_ held.
@@ -113,26 +140,47 @@ void ThreadTeam::set_placement(std::vector<std::vector<int>> placement) {
 
 int ThreadTeam::workers() const { return started_.load(std::memory_order_acquire); }
 
-void ThreadTeam::work(Worker* me, int index) {
-  uint32_t seen = 0;
-  for (;;) {
-    wait_for_change(me->epoch, seen, me->sleepers);
-    seen = me->epoch.load(std::memory_order_acquire);
-    if (stop_.load(std::memory_order_acquire)) return;
-    const TeamMember member(this, index, size_);
-    try {
-      job_(ctx_, member);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu_);
-      if (!error_) error_ = std::current_exception();
-    }
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        caller_sleepers_.load(std::memory_order_seq_cst) > 0)
-      futex_wake_all(pending_);
+void ThreadTeam::run_as(int index, bool dynamic) {
+  try {
+    job_(ctx_, TeamMember(this, index, size_, dynamic));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_) error_ = std::current_exception();
   }
 }
 
-int ThreadTeam::run(int threads, Job job, void* ctx) {
+void ThreadTeam::work(Worker* me, int index) {
+  uint32_t seen = 0;
+  uint64_t last = 0;
+  for (;;) {
+    wait_for_change(me->epoch, seen, me->sleepers, spin_nanos_.load(std::memory_order_relaxed));
+    seen = me->epoch.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    // The invitation is written before the epoch moves, so a worker can see it one wake early,
+    // and then again: each is taken once.
+    const uint64_t invite = me->invite.load(std::memory_order_acquire);
+    if (invite == last) continue;
+    last = invite;
+    if (!(invite & 1)) {
+      run_as(index, false);
+      if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake_if_asleep(pending_, caller_sleepers_);
+      continue;
+    }
+    // A dynamic job: join first, then look whether it is still open (both sequentially consistent,
+    // against the caller's closing store and its read of joined_: either the caller waits for
+    // this worker or this worker sees it closed). Only a worker that joined reads the job.
+    const uint64_t number = invite >> 1;
+    joined_.fetch_add(1, std::memory_order_seq_cst);
+    if (open_job_.load(std::memory_order_seq_cst) == number) run_as(index, true);
+    if (joined_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        open_job_.load(std::memory_order_seq_cst) != number) {
+      left_.fetch_add(1, std::memory_order_seq_cst);
+      wake_if_asleep(left_, left_sleepers_);
+    }
+  }
+}
+
+int ThreadTeam::start(int threads, Job job, void* ctx, bool dynamic) {
   std::lock_guard<std::mutex> lock(mu_);
   threads = std::max(1, threads);
   while (int(workers_.size()) < threads - 1) {
@@ -152,23 +200,43 @@ int ThreadTeam::run(int threads, Job job, void* ctx) {
     started_.store(int(workers_.size()), std::memory_order_release);
   }
   const int size = std::min(threads, int(workers_.size()) + 1);
+  const int64_t spin = size > cpus_ ? kThrottledSpinNanos : kSpinNanos;
+  spin_nanos_.store(spin, std::memory_order_relaxed);
   job_ = job;
   ctx_ = ctx;
   size_ = size;
   error_ = nullptr;
-  pending_.store(uint32_t(size - 1), std::memory_order_relaxed);
+  const uint64_t number = ++jobs_;
+  if (dynamic)
+    open_job_.store(number, std::memory_order_seq_cst);
+  else
+    pending_.store(uint32_t(size - 1), std::memory_order_relaxed);
+  // Every worker's epoch first, so that the spinning ones start at once, then a system call for
+  // each one asleep.
   for (int i = 1; i < size; ++i) {
     Worker& w = *workers_[size_t(i - 1)];
-    publish(w.epoch, w.epoch.load(std::memory_order_relaxed) + 1, w.sleepers);
+    w.invite.store(number << 1 | uint64_t(dynamic), std::memory_order_release);
+    w.epoch.store(w.epoch.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
   }
+  for (int i = 1; i < size; ++i)
+    wake_if_asleep(workers_[size_t(i - 1)]->epoch, workers_[size_t(i - 1)]->sleepers);
   std::exception_ptr mine;
   try {
-    job(ctx, TeamMember(this, 0, size));
+    job(ctx, TeamMember(this, 0, size, dynamic));
   } catch (...) {
     mine = std::current_exception();
   }
-  for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;)
-    wait_for_change(pending_, left, caller_sleepers_);
+  if (dynamic) {
+    open_job_.store(0, std::memory_order_seq_cst);  // closed: a worker that has not joined skips it
+    for (;;) {
+      const uint32_t l = left_.load(std::memory_order_seq_cst);
+      if (joined_.load(std::memory_order_seq_cst) == 0) break;
+      wait_for_change(left_, l, left_sleepers_, spin);
+    }
+  } else {
+    for (uint32_t left; (left = pending_.load(std::memory_order_acquire)) != 0;)
+      wait_for_change(pending_, left, caller_sleepers_, spin);
+  }
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
   return size;
@@ -203,6 +271,9 @@ void ThreadTeam::after_fork_in_child() {
   started_.store(0, std::memory_order_relaxed);
   pending_.store(0, std::memory_order_relaxed);
   caller_sleepers_.store(0, std::memory_order_relaxed);
+  open_job_.store(0, std::memory_order_relaxed);
+  joined_.store(0, std::memory_order_relaxed);
+  left_sleepers_.store(0, std::memory_order_relaxed);
   arrived_.store(0, std::memory_order_relaxed);
   barrier_sleepers_.store(0, std::memory_order_relaxed);
   error_ = nullptr;

@@ -40,56 +40,109 @@ std::vector<int64_t> node_tiles(int64_t tiles, const std::vector<int>& cpus, int
   return b;
 }
 
-WorkQueue::WorkQueue(const Params& p, const std::vector<int>& members_on_node) : p_(p) {
+WorkQueue::WorkQueue(const Params& p, const std::vector<int>& member_nodes) : p_(p) {
   if (p_.node_tiles.size() < 2) p_.node_tiles = {0, p_.tiles};
-  nodes_ = int(p_.node_tiles.size()) - 1;
-  pools_ = std::make_unique<Pool[]>(size_t(nodes_));
-  const int64_t chunk = std::max<int64_t>(1, p_.chunk);
-  for (int j = 0; j < nodes_; ++j) {
-    Pool& pool = pools_[size_t(j)];
+  p_.chunk = std::max<int64_t>(1, p_.chunk);
+  p_.slices = std::max<int64_t>(1, p_.slices);
+  const int nodes = int(p_.node_tiles.size()) - 1;
+  std::vector<std::vector<size_t>> owners(static_cast<size_t>(nodes));
+  for (size_t i = 0; i < member_nodes.size(); ++i)
+    if (member_nodes[i] >= 0 && member_nodes[i] < nodes) owners[size_t(member_nodes[i])].push_back(i);
+  uint32_t first = 0;
+  size_t orphans = 0;
+  for (int j = 0; j < nodes; ++j) {
+    Pool pool;
     pool.t0 = p_.node_tiles[size_t(j)];
-    pool.n = p_.node_tiles[size_t(j) + 1] - pool.t0;
-    pool.members = size_t(j) < members_on_node.size() ? members_on_node[size_t(j)] : 0;
-    if (p_.fixed_shares && p_.slices == 1 && pool.members > 0)
-      pool.share = pool.n * 15 / 16 / pool.members / chunk * chunk;
-    pool.next.store(pool.share * pool.members, std::memory_order_relaxed);
+    pool.n = std::max<int64_t>(0, p_.node_tiles[size_t(j) + 1] - pool.t0);
+    pool.per_slice = (pool.n + p_.chunk - 1) / p_.chunk;
+    pool.first = first;
+    // K <= 2^31 and N <= 2^31 (can_implement), at most 16 slices: fewer than 2^32 pieces.
+    pool.count = uint32_t(pool.per_slice * p_.slices);
+    first += pool.count;
+    pools_.push_back(pool);
+    orphans += owners[size_t(j)].empty() && pool.count > 0;
   }
-}
-
-bool WorkQueue::take(Pool& pool, WorkRange& r, bool own) {
-  if (own && pool.share > 0) {
-    const int64_t i = pool.next_share.fetch_add(1, std::memory_order_relaxed);
-    if (i < pool.members) {
-      r = {0, pool.t0 + i * pool.share, pool.t0 + (i + 1) * pool.share};
-      return true;
+  nruns_ = member_nodes.size() + orphans;
+  runs_ = std::make_unique<Run[]>(nruns_);
+  size_t orphan = member_nodes.size();
+  for (int j = 0; j < nodes; ++j) {
+    const Pool& pool = pools_[size_t(j)];
+    const std::vector<size_t>& own = owners[size_t(j)];
+    if (own.empty()) {
+      if (pool.count == 0) continue;
+      runs_[orphan].node = j;
+      runs_[orphan++].span.store(pack(pool.first, pool.first + pool.count), std::memory_order_relaxed);
+      continue;
+    }
+    for (size_t r = 0; r < own.size(); ++r) {
+      Run& run = runs_[own[r]];
+      run.node = j;
+      run.span.store(pack(uint32_t(pool.first + uint64_t(pool.count) * r / own.size()),
+                          uint32_t(pool.first + uint64_t(pool.count) * (r + 1) / own.size())),
+                     std::memory_order_relaxed);
     }
   }
-  const int64_t items = pool.n * p_.slices, chunk = std::max<int64_t>(1, p_.chunk);
-  const int64_t takers = std::max(1, pool.members);
-  int64_t u0 = pool.next.load(std::memory_order_relaxed), u1;
-  do {
-    const int64_t chunks_left = (items - u0 + chunk - 1) / chunk;
-    if (chunks_left <= 0) return false;
-    u1 = std::min(items, u0 + std::max<int64_t>(1, chunks_left / (2 * takers)) * chunk);
-    // A range never crosses into the next slice.
-    u1 = std::min(u1, (u0 / pool.n + 1) * pool.n);
-  } while (!pool.next.compare_exchange_weak(u0, u1, std::memory_order_relaxed));
-  const int64_t slice = u0 / pool.n;
-  r = {slice, pool.t0 + u0 - slice * pool.n, pool.t0 + u1 - slice * pool.n};
-  return true;
 }
 
-bool WorkQueue::next(int node, WorkRange& r) {
-  if (node >= 0 && node < nodes_ && pools_[size_t(node)].n > 0 && take(pools_[size_t(node)], r, true))
+size_t WorkQueue::pool_of(uint32_t piece) const {
+  size_t j = 0;
+  while (j + 1 < pools_.size() && piece >= pools_[j].first + pools_[j].count) ++j;
+  return j;
+}
+
+WorkRange WorkQueue::range_of(uint32_t piece) const {
+  const Pool& pool = pools_[pool_of(piece)];
+  const int64_t local = int64_t(piece - pool.first), slice = local / pool.per_slice;
+  const int64_t t0 = pool.t0 + (local % pool.per_slice) * p_.chunk;
+  return {slice, t0, std::min(pool.t0 + pool.n, t0 + p_.chunk)};
+}
+
+bool WorkQueue::steal(size_t thief, uint32_t& piece) {
+  const int node = runs_[thief].node;
+  for (;;) {
+    // The run with the most pieces left, of the thief's node's pieces if any run has some.
+    size_t best = nruns_, best_here = nruns_;
+    uint32_t most = 0, most_here = 0;
+    for (size_t v = 0; v < nruns_; ++v) {
+      if (v == thief) continue;
+      const uint64_t s = runs_[v].span.load(std::memory_order_acquire);
+      const uint32_t front = uint32_t(s), back = uint32_t(s >> 32);
+      if (back <= front) continue;
+      if (back - front > most) most = back - front, best = v;
+      if (node >= 0 && back - front > most_here && pool_of(front) == size_t(node))
+        most_here = back - front, best_here = v;
+    }
+    const size_t v = best_here < nruns_ ? best_here : best;
+    if (v == nruns_) return false;
+    uint64_t s = runs_[v].span.load(std::memory_order_acquire);
+    const uint32_t front = uint32_t(s), back = uint32_t(s >> 32);
+    if (back <= front) continue;
+    const uint32_t take = (back - front + 1) / 2;  // a run of one piece is taken whole
+    if (!runs_[v].span.compare_exchange_strong(s, pack(front, back - take), std::memory_order_acq_rel))
+      continue;
+    piece = back - take;
+    runs_[thief].span.store(pack(back - take + 1, back), std::memory_order_release);
     return true;
-  // Then the other nodes' guided rest (their fixed shares stay with their members); a member on
-  // no node visits every node here.
-  for (int k = 1; k <= nodes_; ++k) {
-    const int j = ((node < 0 ? 0 : node) + k) % nodes_;
-    if (j == node || pools_[size_t(j)].n == 0) continue;
-    if (take(pools_[size_t(j)], r, false)) return true;
   }
-  return false;
+}
+
+bool WorkQueue::next(int member, WorkRange& r) {
+  Run& own = runs_[size_t(member)];
+  uint64_t s = own.span.load(std::memory_order_acquire);
+  uint32_t piece = 0;
+  for (;;) {
+    const uint32_t front = uint32_t(s), back = uint32_t(s >> 32);
+    if (front >= back) {
+      if (!steal(size_t(member), piece)) return false;
+      break;
+    }
+    if (own.span.compare_exchange_weak(s, pack(front + 1, back), std::memory_order_acq_rel)) {
+      piece = front;
+      break;
+    }
+  }
+  r = range_of(piece);
+  return true;
 }
 
 }  // namespace nibble::cpu

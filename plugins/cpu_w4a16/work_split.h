@@ -28,41 +28,56 @@ std::vector<int64_t> slice_bounds(const CpuWeights& w, int64_t slices);
 /// multiples of `quantum`; one node: {0, tiles}.
 std::vector<int64_t> node_tiles(int64_t tiles, const std::vector<int>& cpus, int64_t quantum);
 
-/// The hand-out of one call's work, shared by the members: each node's tiles, in every slice,
-/// go to the members on that node first; a member whose node has nothing left (or who is on no
-/// node: the caller, when the workers are placed) takes from the other nodes.
+/// The hand-out of one call's work to the members of a dynamic job (ThreadTeam::run_dynamic).
 ///
-/// Bandwidth-bound forms (fixed_shares) have each member first take a fixed share of 15/16 of its
-/// node's work as one range (one stream, which the prefetchers follow to the end), the rest
-/// guided: about half of what is left per member, in whole chunks, so that a member the OS
-/// delays holds the call up by at most that much. The shares are claimed in turn, not tied to a
-/// member's index, so that any number of members computes them all. Compute-bound forms, and
-/// calls split in K, take everything guided.
+/// The work is cut into pieces of `chunk` tiles of one K slice, numbered node by node (each node's
+/// tiles, slice after slice). Every member owns a run of consecutive pieces of its node and takes
+/// them front to back, one at a time: its weights are one stream through memory that the kernel's
+/// prefetch follows from piece to piece (the last tile's prefetch runs into the next tile). A
+/// member whose run is used up steals the back half of the run with the most pieces left, on its
+/// own node first, then on any, and owns that from then on. So a member the OS runs late or slowly
+/// gives its pieces to the others instead of holding the call up by its whole share, and the
+/// pieces of a member that never comes (a worker that starts after the call is done, a smaller
+/// team than asked for) or of a node without members are taken the same way.
 class WorkQueue {
  public:
   struct Params {
     int64_t tiles = 0;
     int64_t slices = 1;
-    int64_t chunk = 1;                ///< guided ranges are whole multiples of it (but at a slice's end)
-    bool fixed_shares = false;        ///< only with slices == 1
+    int64_t chunk = 1;                ///< tiles per piece (a node's last piece of a slice may have fewer)
     std::vector<int64_t> node_tiles;  ///< node_tiles(); empty: one node
   };
-  /// `members_on_node[j]`: how many members of the call run on node j.
-  WorkQueue(const Params& p, const std::vector<int>& members_on_node);
-  /// The next range for a member on `node` (-1: none); false once all work is taken.
-  bool next(int node, WorkRange& r);
+  /// `member_nodes[i]`: the node member i runs on (ThreadTeam::node_of); -1 (or a node the layer's
+  /// tiles are not cut for): none, and the member owns no run at first, it only steals.
+  WorkQueue(const Params& p, const std::vector<int>& member_nodes);
+  /// The next range for `member` (an index into member_nodes, each used by one thread at a time);
+  /// false once every piece is taken.
+  bool next(int member, WorkRange& r);
+  /// Pieces in all: next() returns true that many times, over all members together.
+  uint32_t pieces() const { return pools_.empty() ? 0 : pools_.back().first + pools_.back().count; }
 
  private:
-  struct alignas(64) Pool {
-    int64_t t0 = 0, n = 0;  // the node's tiles [t0, t0 + n); items u in [0, slices n): slice u / n
-    int64_t share = 0;      // items per fixed share
-    int members = 0;
-    std::atomic<int64_t> next_share{0}, next{0};
+  struct Pool {
+    int64_t t0 = 0, n = 0;          // the node's tiles [t0, t0 + n)
+    int64_t per_slice = 0;          // pieces per slice: ceil(n / chunk)
+    uint32_t first = 0, count = 0;  // its pieces [first, first + count)
   };
-  bool take(Pool& pool, WorkRange& r, bool own);
+  // Pieces [low 32 bits, high 32 bits) not yet taken, changed by compare-and-swap only where it
+  // holds any: the owner takes from the front, others from the back. A run with none is changed
+  // by its owner alone (a stolen half), so it needs no version.
+  struct alignas(64) Run {
+    std::atomic<uint64_t> span{0};
+    int node = -1;  // its member's node (an orphan run: the node it holds), for the thieves' choice
+  };
+  static uint64_t pack(uint32_t front, uint32_t back) { return uint64_t(back) << 32 | front; }
+  size_t pool_of(uint32_t piece) const;
+  WorkRange range_of(uint32_t piece) const;
+  bool steal(size_t thief, uint32_t& piece);
+
   Params p_;
-  std::unique_ptr<Pool[]> pools_;
-  int nodes_ = 1;
+  std::vector<Pool> pools_;
+  std::unique_ptr<Run[]> runs_;  // one per member, then one per node without members
+  size_t nruns_ = 0;
 };
 
 }  // namespace nibble::cpu

@@ -1,0 +1,38 @@
+#!/bin/bash
+# bench/xeon_ab_bundle.sh OLD NEW [DEST]: packs two CPU builds for bench/xeon_ab.sh on the GPU
+# machine's Xeon host: each build's nibble, libnibble and cpu_w4a16 plugin (tree kept, so that
+# nibble's $ORIGIN/../../core finds its own libnibble) under DEST/old and DEST/new, the
+# non-system libraries they load once under DEST/lib (libdnnl compressed with xz; xeon_ab.sh
+# unpacks it there). OLD and NEW are build directories (configured with the CPU plugin and built);
+# DEST defaults to .gpu (ignored by git; replaced).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+old=${1:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
+new=${2:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
+dest=${3:-.gpu}
+files=(tools/nibble/nibble core/libnibble.so.0 plugins/cpu_w4a16/cpu_w4a16.so)
+for b in "$old" "$new"; do
+  for f in "${files[@]}"; do [[ -e "$b/$f" ]] || { echo "no $f in $b: build it first" >&2; exit 1; }; done
+done
+if cmp -s "$old/plugins/cpu_w4a16/cpu_w4a16.so" "$new/plugins/cpu_w4a16/cpu_w4a16.so"; then
+  echo "the two builds have the same cpu_w4a16.so: nothing to compare" >&2
+  exit 1
+fi
+rm -rf "$dest"
+mkdir -p "$dest/lib"
+# What the Xeon host provides itself (glibc, the compiler's runtime) and each build's own libnibble.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgcc_s\.so|libnibble\.so)'
+for side in old new; do
+  b=$old
+  [[ $side == new ]] && b=$new
+  for f in "${files[@]}"; do
+    mkdir -p "$dest/$side/$(dirname "$f")"
+    cp -L "$b/$f" "$dest/$side/$f"
+    ldd "$b/$f" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+      [[ "$name" =~ $skip ]] && continue
+      [[ -e "$dest/lib/$name" ]] || cp -L "$path" "$dest/lib/$name"
+    done
+  done
+  echo "$b $(md5sum <"$dest/$side/plugins/cpu_w4a16/cpu_w4a16.so" | cut -d' ' -f1)" >"$dest/$side/origin.txt"
+done
+bench/bundle_pack.sh "$dest"
