@@ -28,7 +28,7 @@ if [ "$mode" = bundle ] || [ "$mode" = add ]; then
     [ -x "$f" ] || [ -f "$f" ] || { echo "$f is not built" >&2; exit 1; }
   done
   if [ "$mode" = bundle ]; then
-    /work/shared/scripts/gpu-bundle build .gpu tests/data
+    scripts/gpu-bundle build .gpu tests/data
     # Only the example, the CLI (to quantize the 70B block), libnibble and the CUDA plugin are used.
     find .gpu/build -type f ! -path '*/examples/tensor_parallel/tensor_parallel' ! -path '*/tools/nibble/nibble' \
       ! -path '*/plugins/cuda_w4a16/cuda_w4a16.so' ! -name 'libnibble.so*' -delete

@@ -28,7 +28,7 @@ if [ "$mode" = bundle ]; then
   set -e
   root=$(cd "$(dirname "$0")/../.." && pwd)
   cd "$root"
-  /work/shared/scripts/gpu-bundle build .gpu tests/data
+  scripts/gpu-bundle build .gpu tests/data
   # What the run does not load: the CPU plugin and oneDNN, the ROCm plugin and its runtime, the
   # other tests.
   rm -rf .gpu/build/plugins/cpu_w4a16 .gpu/build/plugins/rocm_w4a16/rocm_w4a16.so \

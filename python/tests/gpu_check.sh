@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs gpu_check.py against a build tree: the package from BUILD/python, the plugins from BUILD's
-# plugin directories, the CLI from BUILD. From a bundle made by /work/shared/scripts/gpu-bundle
+# plugin directories, the CLI from BUILD. From a bundle made by scripts/gpu-bundle
 # (see docs/python.md), on the GPU machine:
 #   .gpu/run bash python/tests/gpu_check.sh build-cuda
 # Prints SKIP and exits 77 without a CUDA device. NIBBLE_PYTHON picks the interpreter (default:
