@@ -17,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "test_util.h"
@@ -63,7 +64,7 @@ TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did
   REQUIRE(!cases.empty());
   REQUIRE(mismatches(cases) == 0);
   constexpr bool between_calls = NIBBLE_TEST_ASAN;
-  const char* mode = between_calls ? "AddressSanitizer build: each fork waits until the other thread is between calls"
+  const std::string mode = between_calls ? "AddressSanitizer build: each fork waits until the other thread is between calls"
                                     : "each fork lands wherever the other thread's calls are";
   MESSAGE(mode);
   // hold: the round whose fork waits for the other thread (0: none); parked: the round it has
