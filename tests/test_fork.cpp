@@ -108,3 +108,74 @@ TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did
   CHECK(busy_bad == 0);
   CHECK(mismatches(cases) == 0);
 }
+
+// GNU libgomp cannot start OpenMP threads again in a child forked after its parent ran them (the
+// child would wait for the parent's pool forever): the CPU plugin's oneDNN path must not be
+// entered there. With every M sent to it (the option onednn_min_m = 1), a child forked after the
+// parent ran it must get the fused kernels' result, bit for bit, and a test's forced oneDNN path
+// (NIBBLE_CPU_PATH=onednn) an error that says why, never a hang.
+TEST_CASE("a child forked after the CPU plugin's oneDNN path ran falls back to the fused kernels") {
+  auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
+  std::shared_ptr<Backend> cpu;
+  for (const auto& b : reg->backends())
+    if (b->name() == "cpu_w4a16" && b->probe().available) cpu = b;
+  if (test::env_or("NIBBLE_TEST_CPU_PLUGIN") != "1") {
+    MESSAGE("this build has no CPU plugin: nothing to check");
+    REQUIRE(!cpu);
+    return;
+  }
+  REQUIRE_MESSAGE(cpu, "the CPU plugin is built but not found in NIBBLE_TEST_PLUGIN_DIRS");
+  LinearSpec s;
+  s.name = "fork.onednn";
+  s.k = 512; s.n = 256; s.group_size = 128; s.weight_type = WeightType::uint4b8;
+  s.act_dtype = DType::f16; s.scale_dtype = DType::f16;
+  const CanonicalLinear w = random_canonical(s, 11);
+  const Tensor x = random_activations(6, s.k, DType::f16, 12);
+  cpu->set_option("num_threads", "2");  // an OpenMP region with threads to lose
+  auto layer = cpu->prepare(w);
+  cpu->set_option("onednn_min_m", "0");  // the default choice: the fused kernels at this M and dtype
+  const Tensor fused = layer->apply(x);
+  cpu->set_option("onednn_min_m", "1");
+  const Tensor onednn = layer->apply(x);  // OpenMP threads now run in this process
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // no doctest in the child
+    int code = 0;
+    try {
+      const Tensor y = layer->apply(x);
+      if (std::memcmp(y.data(), fused.data(), y.nbytes()) != 0) code = 2;
+    } catch (const Error&) {
+      code = 3;
+    }
+    setenv("NIBBLE_CPU_PATH", "onednn", 1);
+    cpu->set_option("onednn_min_m", "0");  // the environment's demand in force
+    try {
+      (void)layer->apply(x);
+      code = code ? code : 4;
+    } catch (const Error& e) {
+      if (!test::contains(e.what(), "forked")) code = code ? code : 5;
+    }
+    _exit(code);
+  }
+  int status = -1;
+  pid_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  CHECK_MESSAGE(got == pid, "the child hung (killed after 60 s): it entered OpenMP after the fork");
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  CHECK_MESSAGE(code != 2, "the child's fallback differs from the fused kernels' result");
+  CHECK_MESSAGE(code != 3, "the child's call failed instead of falling back");
+  CHECK_MESSAGE(code != 4, "the forced oneDNN path ran in the child");
+  CHECK_MESSAGE(code != 5, "the forced oneDNN path failed without saying why");
+  CHECK(code == 0);
+  // The parent keeps its OpenMP threads and its oneDNN path.
+  const Tensor again = layer->apply(x);
+  CHECK(std::memcmp(again.data(), onednn.data(), again.nbytes()) == 0);
+  cpu->set_option("onednn_min_m", "0");
+  cpu->set_option("num_threads", "0");
+}

@@ -6,10 +6,12 @@
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
 #include "kernels.h"
+#include "openmp_fork.h"
 #include "nibble/plugin_abi.h"
 
 namespace nibble::cpu {
@@ -63,6 +65,8 @@ DenseMatmul::DenseMatmul(int64_t k, int64_t n, int32_t dtype, const void* w) : i
 DenseMatmul::~DenseMatmul() = default;
 
 void DenseMatmul::run(const void* x, void* y, int64_t m) const {
+  if (openmp_lost_to_fork()) throw std::runtime_error(std::string("dense baseline: ") + openmp_fork_reason());
+  note_openmp_use();
   auto pm = impl_->for_m(m);
   const auto& I = *impl_;
   dnnl::memory src({{m, I.k}, I.type, tag::ab}, I.eng, const_cast<void*>(x));

@@ -6,9 +6,12 @@
 #include <dnnl.hpp>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels.h"
+#include "openmp_fork.h"
 #include "nibble/dtype.h"
 
 namespace nibble::cpu {
@@ -73,6 +76,8 @@ int64_t OnednnPath::y_stride() const { return (impl_->w->tiles * kTileN + kPanel
 const char* OnednnPath::name() const { return impl_->bf16 ? "onednn-bf16" : "onednn-f32"; }
 
 void OnednnPath::run(const float* xp, int64_t m, float* y) const {
+  if (openmp_lost_to_fork()) throw std::runtime_error(std::string("oneDNN path: ") + openmp_fork_reason());
+  note_openmp_use();
   const Impl& I = *impl_;
   const CpuWeights& w = *I.w;
   auto p = I.prims(m);

@@ -19,6 +19,7 @@
 #include "dense_onednn.h"
 #include "kernel_choice.h"
 #include "kernel_onednn.h"
+#include "openmp_fork.h"
 #include "kernels.h"
 #include "thread_team.h"
 #include "work_split.h"
@@ -94,6 +95,14 @@ int64_t onednn_min_m(const Prepared& p) {
   }
   static const bool amx = cpu_has_amx_bf16();
   return p.onednn->bf16() && amx && !p.plan->uses_tiles() ? kBf16OnednnMinM : INT64_MAX;
+}
+
+// NIBBLE_CPU_PATH=onednn in force (the option, where set, takes precedence): a test's demand for
+// the oneDNN path, which fails where it cannot run rather than run something else.
+bool onednn_forced() {
+  if (g_onednn_min_m.load(std::memory_order_relaxed) >= 0) return false;
+  const char* env = std::getenv("NIBBLE_CPU_PATH");
+  return env && std::strcmp(env, "onednn") == 0;
 }
 
 // The environment's knobs (kernels.h, onednn_min_m above, num_threads): one that is set but not
@@ -319,8 +328,14 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
     if (m >= onednn_min_m(p)) {
-      apply_onednn(p, x->data, m, y->data);
-      return NIBBLE_OK;
+      if (!openmp_lost_to_fork()) {
+        apply_onednn(p, x->data, m, y->data);
+        return NIBBLE_OK;
+      }
+      // In a process forked after OpenMP ran (openmp_fork.h): the fused kernels, on the team.
+      if (onednn_forced())
+        return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "the oneDNN path (NIBBLE_CPU_PATH=onednn) cannot run: %s",
+                    openmp_fork_reason());
     }
     Scratch& sc = t_scratch;
     ThreadTeam& team = ThreadTeam::process();
