@@ -110,72 +110,123 @@ TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did
 }
 
 // GNU libgomp cannot start OpenMP threads again in a child forked after its parent ran them (the
-// child would wait for the parent's pool forever): the CPU plugin's oneDNN path must not be
-// entered there. With every M sent to it (the option onednn_min_m = 1), a child forked after the
-// parent ran it must get the fused kernels' result, bit for bit, and a test's forced oneDNN path
-// (NIBBLE_CPU_PATH=onednn) an error that says why, never a hang.
+// child would wait for the parent's pool forever): the CPU plugin's oneDNN path and dense baseline
+// must not be entered there. With every M sent to the oneDNN path (the option onednn_min_m = 1), a
+// child forked after the parent ran it (and the dense baseline) must get the fused kernels' result,
+// bit for bit, and a forced oneDNN path (NIBBLE_CPU_PATH=onednn) or the dense baseline an error
+// that says why: never a hang.
+namespace {
+// Child exit codes of the case below.
+enum ChildCode { kOk = 0, kFallbackDiffers = 2, kFallbackFailed, kForcedRan, kForcedWrongError, kDenseRan,
+                 kDenseWrongError, kUnexpected, kNameWrong };
+// The plugin's options are process-wide: back to their defaults however the case ends.
+struct DefaultOptionsAfter {
+  Backend& b;
+  ~DefaultOptionsAfter() {
+    try {
+      b.set_option("onednn_min_m", "0");
+      b.set_option("num_threads", "0");
+    } catch (...) {
+    }
+  }
+};
+}  // namespace
+
 TEST_CASE("a child forked after the CPU plugin's oneDNN path ran falls back to the fused kernels") {
   auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
   std::shared_ptr<Backend> cpu;
   for (const auto& b : reg->backends())
-    if (b->name() == "cpu_w4a16" && b->probe().available) cpu = b;
-  if (test::env_or("NIBBLE_TEST_CPU_PLUGIN") != "1") {
-    MESSAGE("this build has no CPU plugin: nothing to check");
-    REQUIRE(!cpu);
+    if (b->name() == "cpu_w4a16") cpu = b;
+  const std::string expected = test::env_or("NIBBLE_TEST_CPU_PLUGIN");  // meson: "1" or "0"
+  if (!cpu && expected != "1") {
+    MESSAGE("no CPU plugin in NIBBLE_TEST_PLUGIN_DIRS (this build has none): nothing to check");
+    CHECK(expected == "0");  // run by hand without saying so: not a pass
     return;
   }
-  REQUIRE_MESSAGE(cpu, "the CPU plugin is built but not found in NIBBLE_TEST_PLUGIN_DIRS");
+  REQUIRE_MESSAGE(cpu, "the CPU plugin is built but not in NIBBLE_TEST_PLUGIN_DIRS");
+  REQUIRE_MESSAGE(cpu->probe().available, "the CPU plugin is unavailable: " << cpu->probe().message);
+  unsetenv("NIBBLE_CPU_PATH");
+  DefaultOptionsAfter restore{*cpu};
   LinearSpec s;
   s.name = "fork.onednn";
   s.k = 512; s.n = 256; s.group_size = 128; s.weight_type = WeightType::uint4b8;
   s.act_dtype = DType::f16; s.scale_dtype = DType::f16;
   const CanonicalLinear w = random_canonical(s, 11);
-  const Tensor x = random_activations(6, s.k, DType::f16, 12);
+  const int64_t m = 6;
+  const Tensor x = random_activations(m, s.k, DType::f16, 12);
   cpu->set_option("num_threads", "2");  // an OpenMP region with threads to lose
   auto layer = cpu->prepare(w);
-  cpu->set_option("onednn_min_m", "0");  // the default choice: the fused kernels at this M and dtype
+  cpu->set_option("onednn_min_m", "1000000");  // the fused kernels
+  const std::string fused_name = layer->kernel_name(m);
   const Tensor fused = layer->apply(x);
-  cpu->set_option("onednn_min_m", "1");
+  cpu->set_option("onednn_min_m", "1");  // the oneDNN path at every M
+  REQUIRE(test::contains(layer->kernel_name(m), "onednn"));
+  REQUIRE(!test::contains(fused_name, "onednn"));
   const Tensor onednn = layer->apply(x);  // OpenMP threads now run in this process
+  LinearSpec ds = s;
+  ds.act_dtype = DType::bf16;
+  const Tensor wkn = random_activations(s.k, s.n, DType::bf16, 13);
+  const Tensor dx = random_activations(m, s.k, DType::bf16, 14);
+  Tensor dy = random_activations(m, s.n, DType::bf16, 15);
+  auto dense = cpu->dense(ds, wkn);
+  dense->apply_device(dx.data(), dy.mutable_data(), m);
+
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) {  // no doctest in the child
-    int code = 0;
+  if (pid == 0) {  // no doctest in the child: every outcome is an exit code
+    int code = kOk;
+    const auto first = [&](int c) { if (code == kOk) code = c; };
     try {
-      const Tensor y = layer->apply(x);
-      if (std::memcmp(y.data(), fused.data(), y.nbytes()) != 0) code = 2;
-    } catch (const Error&) {
-      code = 3;
-    }
-    setenv("NIBBLE_CPU_PATH", "onednn", 1);
-    cpu->set_option("onednn_min_m", "0");  // the environment's demand in force
-    try {
-      (void)layer->apply(x);
-      code = code ? code : 4;
-    } catch (const Error& e) {
-      if (!test::contains(e.what(), "forked")) code = code ? code : 5;
+      if (layer->kernel_name(m) != fused_name) first(kNameWrong);
+      try {
+        const Tensor y = layer->apply(x);
+        if (std::memcmp(y.data(), fused.data(), y.nbytes()) != 0) first(kFallbackDiffers);
+      } catch (const Error&) {
+        first(kFallbackFailed);
+      }
+      try {
+        dense->apply_device(dx.data(), dy.mutable_data(), m);
+        first(kDenseRan);
+      } catch (const Error& e) {
+        if (e.code() != Errc::plugin_unsupported || !test::contains(e.what(), "dense baseline cannot run"))
+          first(kDenseWrongError);
+      }
+      setenv("NIBBLE_CPU_PATH", "onednn", 1);
+      cpu->set_option("onednn_min_m", "0");  // the environment's demand in force
+      try {
+        (void)layer->apply(x);
+        first(kForcedRan);
+      } catch (const Error& e) {
+        if (e.code() != Errc::plugin_unsupported || !test::contains(e.what(), "NIBBLE_CPU_PATH=onednn") ||
+            !test::contains(e.what(), "forked"))
+          first(kForcedWrongError);
+      }
+    } catch (...) {
+      first(kUnexpected);
     }
     _exit(code);
   }
   int status = -1;
   pid_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   if (got == 0) {
     kill(pid, SIGKILL);
     waitpid(pid, &status, 0);
   }
-  CHECK_MESSAGE(got == pid, "the child hung (killed after 60 s): it entered OpenMP after the fork");
+  REQUIRE_MESSAGE(got == pid, "the child hung (killed after 20 s): it entered OpenMP after the fork");
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  CHECK_MESSAGE(code != 2, "the child's fallback differs from the fused kernels' result");
-  CHECK_MESSAGE(code != 3, "the child's call failed instead of falling back");
-  CHECK_MESSAGE(code != 4, "the forced oneDNN path ran in the child");
-  CHECK_MESSAGE(code != 5, "the forced oneDNN path failed without saying why");
-  CHECK(code == 0);
+  CHECK_MESSAGE(code != kNameWrong, "the child's kernel name is not the fused kernel's");
+  CHECK_MESSAGE(code != kFallbackDiffers, "the child's fallback differs from the fused kernels' result");
+  CHECK_MESSAGE(code != kFallbackFailed, "the child's call failed instead of falling back");
+  CHECK_MESSAGE(code != kDenseRan, "the dense baseline ran OpenMP in the child");
+  CHECK_MESSAGE(code != kDenseWrongError, "the dense baseline failed without saying why, or as another error");
+  CHECK_MESSAGE(code != kForcedRan, "the forced oneDNN path ran in the child");
+  CHECK_MESSAGE(code != kForcedWrongError, "the forced oneDNN path failed without saying why, or as another error");
+  CHECK_MESSAGE(code != kUnexpected, "the child threw where nothing should");
+  CHECK(code == kOk);
   // The parent keeps its OpenMP threads and its oneDNN path.
   const Tensor again = layer->apply(x);
   CHECK(std::memcmp(again.data(), onednn.data(), again.nbytes()) == 0);
-  cpu->set_option("onednn_min_m", "0");
-  cpu->set_option("num_threads", "0");
 }

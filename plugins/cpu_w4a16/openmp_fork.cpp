@@ -28,7 +28,8 @@ bool openmp_lost_to_fork() { return g_lost.load(std::memory_order_relaxed); }
 
 const char* openmp_fork_reason() {
   return "this process was forked after the cpu_w4a16 plugin had run OpenMP threads (its oneDNN path "
-         "or dense baseline), and GNU libgomp cannot start them again in a forked child (it would hang)";
+         "or dense baseline), and GNU libgomp cannot start them again in a forked child (it would hang); "
+         "fork before the first such call, or use NIBBLE_CPU_PATH=fused";
 }
 
 }  // namespace nibble::cpu

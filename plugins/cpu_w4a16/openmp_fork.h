@@ -6,6 +6,10 @@
 // OpenMP region of the plugin again: the default choice falls back to the fused kernels (the
 // plugin's own thread team, which is fork-safe), and a path forced onto OpenMP fails with
 // openmp_fork_reason() instead of hanging.
+//
+// Only the plugin's own OpenMP use is seen: a host (or another library on the same libgomp) that
+// ran a parallel region on the thread that forks leaves a child whose oneDNN path would still
+// hang; such a host forks before that, or runs the child with NIBBLE_CPU_PATH=fused.
 #pragma once
 
 namespace nibble::cpu {

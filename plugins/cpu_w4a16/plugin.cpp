@@ -97,6 +97,10 @@ int64_t onednn_min_m(const Prepared& p) {
   return p.onednn->bf16() && amx && !p.plan->uses_tiles() ? kBf16OnednnMinM : INT64_MAX;
 }
 
+// Whether a call of M rows runs the oneDNN path: from onednn_min_m on, except in a process forked
+// after the plugin ran OpenMP (openmp_fork.h), which runs the fused kernels on the team instead.
+bool runs_onednn(const Prepared& p, int64_t m) { return m >= onednn_min_m(p) && !openmp_lost_to_fork(); }
+
 // NIBBLE_CPU_PATH=onednn in force (the option, where set, takes precedence): a test's demand for
 // the oneDNN path, which fails where it cannot run rather than run something else.
 bool onednn_forced() {
@@ -327,16 +331,13 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = plugin::check_io(x, "x", p.spec.act_dtype, w.k, -1, msg, cap)) return st;
     const int64_t m = x->shape[0];
     if (int32_t st = plugin::check_io(y, "y", p.spec.act_dtype, w.n, m, msg, cap)) return st;
-    if (m >= onednn_min_m(p)) {
-      if (!openmp_lost_to_fork()) {
-        apply_onednn(p, x->data, m, y->data);
-        return NIBBLE_OK;
-      }
-      // In a process forked after OpenMP ran (openmp_fork.h): the fused kernels, on the team.
-      if (onednn_forced())
-        return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "the oneDNN path (NIBBLE_CPU_PATH=onednn) cannot run: %s",
-                    openmp_fork_reason());
+    if (runs_onednn(p, m)) {
+      apply_onednn(p, x->data, m, y->data);
+      return NIBBLE_OK;
     }
+    if (m >= onednn_min_m(p) && onednn_forced())
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "the oneDNN path (NIBBLE_CPU_PATH=onednn) cannot run: %s",
+                  openmp_fork_reason());
     Scratch& sc = t_scratch;
     ThreadTeam& team = ThreadTeam::process();
     const KernelForm& form = p.plan->at(m);
@@ -486,6 +487,8 @@ int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor
     const auto& d = *reinterpret_cast<const Dense*>(h);
     if (int32_t st = plugin::check_io(x, "x", d.dtype, d.k, -1, msg, cap)) return st;
     if (int32_t st = plugin::check_io(y, "y", d.dtype, d.n, x->shape[0], msg, cap)) return st;
+    if (openmp_lost_to_fork())
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "the oneDNN dense baseline cannot run: %s", openmp_fork_reason());
     d.mm->run(x->data, y->data, x->shape[0]);
     return NIBBLE_OK;
   });
@@ -496,7 +499,7 @@ void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
 int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
-  if (m >= onednn_min_m(p)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
+  if (runs_onednn(p, m)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
   return fail(NIBBLE_OK, msg, cap, "%s", p.plan->at(m).name);
 }
 
