@@ -214,6 +214,14 @@ TEST_CASE("bad safetensors files give specific errors") {
   write_raw(p, "{not json", 0);
   CHECK(contains(error_of([&] { SafetensorsFile::open(p); }), "not valid JSON"));
 
+  // A root that is not an object, with entries nested in it (the fuzzer's find: an array root
+  // whose objects were read as entries that did not exist, undefined behaviour).
+  for (const char* root : {R"([{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}])", R"([{}, [1, 2]])",
+                           R"([[{"a": 1}]])", "[]", R"("a")", "7"}) {
+    write_raw(p, root, 4);
+    CHECK_MESSAGE(contains(error_of([&] { SafetensorsFile::open(p); }), "header is not a JSON object"), root);
+  }
+
   {  // header length larger than the file
     std::ofstream f(p, std::ios::binary);
     uint64_t n = 1000;

@@ -71,6 +71,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
   bool key(string_t& k) override {
     if (depth_ == 1) {
       meta_ = k == "__metadata__";
+      field_ = Field::other;  // a field of the entry before is not one of this entry
       if (!meta_) {
         entries.emplace_back();
         entries.back().name = k;
@@ -129,7 +130,12 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
   bool container(bool array) {
     const int d = depth_++;
     switch (d) {
-      case 0: root_object = !array; return true;
+      case 0:
+        // An array root stops here: what is nested in it belongs to no entry (entries are the
+        // keys of a root object), and nothing below may assume one.
+        if (array) return error = "header is not a JSON object (it is an array)", false;
+        root_object = true;
+        return true;
       case 1:
         if (meta_ && array) return error = "__metadata__ is not an object", false;
         if (!meta_) entries.back().is_object = !array;
