@@ -56,6 +56,29 @@ int mismatches(std::vector<test::SharedCase>& cases) {
   return bad;
 }
 
+// How a forked child ended: whether it hung (killed after the deadline) and its exit status (-1
+// where it did not exit normally).
+struct ChildEnd {
+  bool hung = false;
+  int code = -1;
+};
+ChildEnd wait_child(pid_t pid, int seconds) {
+  int status = -1;
+  pid_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ChildEnd end;
+  if (got != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    end.hung = true;
+    return end;
+  }
+  end.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return end;
+}
+
 }  // namespace
 
 TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did") {
@@ -89,18 +112,9 @@ TEST_CASE("a forked child applies prepared layers, bit for bit as the parent did
     if (pid != 0) hold = 0;
     REQUIRE(pid >= 0);
     if (pid == 0) _exit(mismatches(cases) == 0 && mismatches(cases) == 0 ? 0 : 1);  // no doctest in the child
-    int status = -1;
-    pid_t got = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (got == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-    CHECK_MESSAGE(got == pid, "the child hung (killed after 60 s)");
-    CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0),
-                  "the child's results differ, or it failed");
+    const ChildEnd end = wait_child(pid, 60);
+    CHECK_MESSAGE(!end.hung, "the child hung (killed after 60 s)");
+    CHECK_MESSAGE(end.code == 0, "the child's results differ, or it failed");
     std::this_thread::sleep_for(std::chrono::milliseconds(round % 3));
   }
   stop = true;
@@ -206,17 +220,9 @@ TEST_CASE("a child forked after the CPU plugin's oneDNN path ran falls back to t
     }
     _exit(code);
   }
-  int status = -1;
-  pid_t got = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  REQUIRE_MESSAGE(got == pid, "the child hung (killed after 20 s): it entered OpenMP after the fork");
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const ChildEnd end = wait_child(pid, 20);
+  REQUIRE_MESSAGE(!end.hung, "the child hung (killed after 20 s): it entered OpenMP after the fork");
+  const int code = end.code;
   CHECK_MESSAGE(code != kNameWrong, "the child's kernel name is not the fused kernel's");
   CHECK_MESSAGE(code != kFallbackDiffers, "the child's fallback differs from the fused kernels' result");
   CHECK_MESSAGE(code != kFallbackFailed, "the child's call failed instead of falling back");
