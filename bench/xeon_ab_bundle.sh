@@ -4,6 +4,7 @@
 # nibble's $ORIGIN/../../core finds its own libnibble) under DEST/old and DEST/new, the
 # non-system libraries they load once under DEST/lib (libdnnl compressed with xz; xeon_ab.sh
 # unpacks it there). OLD and NEW are build directories (configured with the CPU plugin and built);
+# OLD "-" packs NEW alone, for sides that are settings of one build (XEON_AB_SIDES in xeon_ab.sh);
 # DEST defaults to .gpu (ignored by git; replaced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +12,14 @@ old=${1:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
 new=${2:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
 dest=${3:-.gpu}
 files=(tools/nibble/nibble core/libnibble.so.0 plugins/cpu_w4a16/cpu_w4a16.so)
-for b in "$old" "$new"; do
+sides=(old new)
+[[ $old == - ]] && sides=(new)
+for side in "${sides[@]}"; do
+  b=$old
+  [[ $side == new ]] && b=$new
   for f in "${files[@]}"; do [[ -e "$b/$f" ]] || { echo "no $f in $b: build it first" >&2; exit 1; }; done
 done
-if cmp -s "$old/plugins/cpu_w4a16/cpu_w4a16.so" "$new/plugins/cpu_w4a16/cpu_w4a16.so"; then
+if [[ $old != - ]] && cmp -s "$old/plugins/cpu_w4a16/cpu_w4a16.so" "$new/plugins/cpu_w4a16/cpu_w4a16.so"; then
   echo "the two builds have the same cpu_w4a16.so: nothing to compare" >&2
   exit 1
 fi
@@ -22,7 +27,7 @@ rm -rf "$dest"
 mkdir -p "$dest/lib"
 # What the Xeon host provides itself (glibc, the compiler's runtime) and each build's own libnibble.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgcc_s\.so|libnibble\.so)'
-for side in old new; do
+for side in "${sides[@]}"; do
   b=$old
   [[ $side == new ]] && b=$new
   for f in "${files[@]}"; do

@@ -46,14 +46,17 @@ check(p.returncode == 0 and "cpu_w4a16" in p.stdout and "not_a_plugin.so" in p.s
 for knob, value, expected in [("NIBBLE_CPU_ISA", "avx513", "amx, avx512bf16, avx512, avx2 or portable"),
                               ("NIBBLE_CPU_PATH", "dnnl", "fused or onednn"),
                               ("NIBBLE_CPU_GEMM_MIN_M", "32x", "an integer >= 1"),
+                              ("NIBBLE_CPU_PREFETCH", "t1", "nta, t0 or none"),
                               ("NIBBLE_NUM_THREADS", "two", "an integer >= 0")]:
     p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, **{knob: value})
     probe = {x["name"]: x for x in json.loads(p.stdout)["plugins"]}.get("cpu_w4a16", {}).get("probe", {}) if p.returncode == 0 else {}
     check(probe.get("available") is False and f"{knob}='{value}': expected {expected}" in probe.get("message", ""),
           f"{knob}={value} makes cpu_w4a16 unavailable and says why", p)
-p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, NIBBLE_CPU_ISA="portable", NIBBLE_CPU_GEMM_MIN_M="64")
+p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, NIBBLE_CPU_ISA="portable", NIBBLE_CPU_GEMM_MIN_M="64",
+        NIBBLE_CPU_PREFETCH="none")
 probe = {x["name"]: x for x in json.loads(p.stdout)["plugins"]}.get("cpu_w4a16", {}).get("probe", {}) if p.returncode == 0 else {}
-check(probe.get("available") is True and "portable kernels" in probe.get("message", ""), "valid CPU knobs are taken", p)
+check(probe.get("available") is True and "portable kernels" in probe.get("message", "")
+      and "prefetch: none (NIBBLE_CPU_PREFETCH)" in probe.get("message", ""), "valid CPU knobs are taken", p)
 
 # A pin of a backend that does not exist fails and lists the backends that do.
 p = run(["selftest"], NIBBLE_PLUGIN_PATH=CPU_DIR, NIBBLE_BACKEND="nope")

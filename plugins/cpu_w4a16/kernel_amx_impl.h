@@ -167,9 +167,12 @@ class Gemm {
           for (int p = 0; p < 4; ++p) _mm512_store_si512(rows + p * 16, _mm512_setzero_si512());
           continue;
         }
-        // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes.
-        _mm_prefetch(reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN)),
-                     _MM_HINT_NTA);
+        // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes. The
+        // call's hint (FusedArgs::prefetch): a branch the predictor settles on at once, beside a
+        // line's 4 stores.
+        const auto ahead = reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN));
+        if (a_.prefetch == Prefetch::kNta) _mm_prefetch(ahead, _MM_HINT_NTA);
+        else if (a_.prefetch == Prefetch::kT0) _mm_prefetch(ahead, _MM_HINT_T0);
         const __m512i codes = _mm512_load_si512(q + l * kTileN);
         unroll<4>([&](auto p) {
           const __m512i moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);

@@ -28,7 +28,6 @@ struct Avx512 : fused::F32Form {
     return {w, {_mm512_rol_epi32(w, 15), _mm512_rol_epi32(w, 7), _mm512_rol_epi32(w, 31), _mm512_rol_epi32(w, 23)}};
   }
   // Non-temporal, as kernel_avx512bf16.cpp (f32 activations on the Zen 5: avx512 +1-7%, avx2 the same).
-  static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }

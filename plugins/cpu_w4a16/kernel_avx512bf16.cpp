@@ -47,11 +47,6 @@ struct Avx512Bf16 {
     asm("" : "+v"(w));
     return w;
   }
-  // Non-temporal: each line is used once per call. A/B against prefetcht0 on the Zen 5 (10
-  // rounds, runs sorted by bandwidth state): low state M = 1-2 +7-15% (4096x4096 43.6 -> 48.2
-  // GB/s), high state +1-2%, M = 16 the same. (The GEMM form, which reuses its weights from L2,
-  // keeps prefetcht0.)
-  static void prefetch(const uint32_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }

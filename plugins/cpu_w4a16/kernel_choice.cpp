@@ -376,6 +376,27 @@ std::string calibration_report() {
   return g_report;
 }
 
+const char* prefetch_name(Prefetch p) {
+  return p == Prefetch::kNta ? "nta" : p == Prefetch::kT0 ? "t0" : "none";
+}
+
+// NIBBLE_CPU_PREFETCH where set (the probe has validated it), else prefetchnta: the hint measured
+// fastest on the Zen 5 (kernel_fused_impl.h).
+Prefetch stream_prefetch() {
+  static const Prefetch p = [] {
+    const char* env = std::getenv("NIBBLE_CPU_PREFETCH");
+    if (env && std::strcmp(env, "t0") == 0) return Prefetch::kT0;
+    if (env && std::strcmp(env, "none") == 0) return Prefetch::kNone;
+    return Prefetch::kNta;
+  }();
+  return p;
+}
+
+std::string prefetch_summary() {
+  const char* env = std::getenv("NIBBLE_CPU_PREFETCH");
+  return strf("%s (%s)", prefetch_name(stream_prefetch()), env && *env ? "NIBBLE_CPU_PREFETCH" : "default");
+}
+
 // AMX needs three things: the CPU (CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE), the OS
 // saving the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA, read with xgetbv where
 // CPUID.1:ECX bit 27 OSXSAVE says it may be), and, on Linux 5.16 and later, the process's

@@ -59,6 +59,12 @@ const KernelForm* kernel_form(const std::string& name);
 /// at each calibrated M; empty before the first.
 std::string calibration_report();
 
+/// The prefetch hint of the streaming kernels (FusedArgs::prefetch) on this CPU, fixed for the
+/// process: NIBBLE_CPU_PREFETCH=nta|t0|none, else nta. prefetch_summary() says which and why, for
+/// the probe message.
+Prefetch stream_prefetch();
+std::string prefetch_summary();
+
 /// Why this CPU or OS cannot run the AMX form (CPUID, XCR0, the kernel's tile permission), or
 /// nullptr; the first call asks the kernel for permission (arch_prctl ARCH_REQ_XCOMP_PERM).
 const char* amx_unavailable();

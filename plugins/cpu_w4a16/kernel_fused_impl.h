@@ -24,6 +24,8 @@
 #include <cstring>
 #include <utility>
 
+#include <xmmintrin.h>
+
 #include "kernels.h"
 
 namespace nibble::cpu::fused {
@@ -83,6 +85,17 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
 // 256 lines 68-76; on the Skylake VM 64 was best (docs/benchmarks.md). Measured with prefetcht0;
 // the kernels now prefetch non-temporally at the same distance (their prefetch()).
 constexpr int64_t kPrefetchLines = 128;
+
+// One line's prefetch with the hint of the call (FusedArgs::prefetch; a template parameter, so
+// that the loop holds no branch for it). Non-temporal was measured against prefetcht0 on the
+// Zen 5 (10 rounds, runs sorted by bandwidth state): low state M = 1-2 +7-15% (4096x4096 43.6 ->
+// 48.2 GB/s), high state +1-2%, M = 16 the same. (The GEMM form, which reuses its weights from L2,
+// always prefetches with prefetcht0.)
+template <Prefetch H>
+inline __attribute__((always_inline)) void prefetch_line(uintptr_t p) {
+  if constexpr (H == Prefetch::kNta) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA);
+  else if constexpr (H == Prefetch::kT0) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
 // Bytes of x one K block may use: x stays in L2 while the block's lines of every tile stream
 // past it (16 KiB for L1 measured slower on a Zen 5: runs of 32 KiB per tile; docs/benchmarks.md).
 constexpr int64_t kXBlockBytes = 256 << 10;
@@ -91,7 +104,7 @@ constexpr int64_t kXBlockBytes = 256 << 10;
 // xp: this row block's [lines][rb][8]; xs: its [segments][2][rb]; y: its first row; next: the
 // first line the caller reads after this block (where the prefetch goes once it passes the end).
 // `first`: s0 is the first segment of the call's K slice (y is written, not accumulated).
-template <class T, int MB, bool kExact>
+template <class T, int MB, bool kExact, Prefetch H>
 void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool first, const uint32_t* xp, int64_t rb,
                const float* xs, float* y, int64_t ldy, const uint32_t* next) {
   using V = typename T::V;
@@ -122,7 +135,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
     const V zv = z ? T::load(z + g * kTileN) : T::set1(w.sym_zero);
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     const auto advance = [&] {
-      T::prefetch(reinterpret_cast<const uint32_t*>(pf));
+      prefetch_line<H>(pf);
       pf += kTileN * sizeof(uint32_t);  // one line
       if (pf == end) pf = uintptr_t(next);
     };
@@ -173,7 +186,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
   }
 }
 
-template <class T, bool kExact>
+template <class T, bool kExact, Prefetch H>
 void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t block, int64_t mb, const uint32_t* next) {
   const CpuWeights& w = *a.w;
   const int64_t ldy = a.ldy;
@@ -182,7 +195,7 @@ void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t blo
   float* y = a.y + block * a.rb * ldy;
   switch (mb) {
 #define NIBBLE_ROWS(n) \
-  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact>(w, t, s0, s1, s0 == a.seg0, xp, a.rb, xs, y, ldy, next); break;
+  case n: if constexpr (n <= T::kMaxRows) row_block<T, n, kExact, H>(w, t, s0, s1, s0 == a.seg0, xp, a.rb, xs, y, ldy, next); break;
     NIBBLE_ROWS(1) NIBBLE_ROWS(2) NIBBLE_ROWS(3) NIBBLE_ROWS(4) NIBBLE_ROWS(5) NIBBLE_ROWS(6) NIBBLE_ROWS(7) NIBBLE_ROWS(8)
 #undef NIBBLE_ROWS
     default: break;
@@ -192,8 +205,8 @@ void run_rows(const FusedArgs& a, int64_t t, int64_t s0, int64_t s1, int64_t blo
 // Tiles [t0, t1) of the K slice [a.seg0, a.seg1) in K blocks: for each block of segments whose x
 // fits kXBlockBytes, every tile (and every row block of x) takes its share, accumulating into y.
 // So x is read from L2, and the weights still stream once, in runs of the block's lines per tile.
-template <class T>
-void run(const FusedArgs& a, int64_t t0, int64_t t1) {
+template <class T, Prefetch H>
+void run_with(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
   const int64_t segs = a.seg1;
   // One block of rows: K blocks sized for L1. Several blocks of rows (m > rb): the whole of K at
@@ -214,14 +227,23 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
         if constexpr (T::kHasExact) {
           if (a.exact) {
-            run_rows<T, true>(a, t, s0, s1, b, mb, next);
+            run_rows<T, true, H>(a, t, s0, s1, b, mb, next);
             continue;
           }
         }
-        run_rows<T, false>(a, t, s0, s1, b, mb, next);
+        run_rows<T, false, H>(a, t, s0, s1, b, mb, next);
       }
     }
     s0 = s1;
+  }
+}
+
+template <class T>
+void run(const FusedArgs& a, int64_t t0, int64_t t1) {
+  switch (a.prefetch) {
+    case Prefetch::kNta: run_with<T, Prefetch::kNta>(a, t0, t1); break;
+    case Prefetch::kT0: run_with<T, Prefetch::kT0>(a, t0, t1); break;
+    case Prefetch::kNone: run_with<T, Prefetch::kNone>(a, t0, t1); break;
   }
 }
 

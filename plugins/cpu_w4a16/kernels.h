@@ -38,6 +38,14 @@ constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f 
 ///          x 64 bytes (16 bf16 pairs, word 4i + p = pair p of the step's line i), once per part
 ///          (bf16 x: 1; fp16 x: its hi, then its lo parts), u32 [blocks][segments][tile_steps]
 ///          [parts][rb][16]; lines past the end of a segment within its last step are 0
+/// How the streaming kernels (the one-tile forms and the AMX form's dequantization) prefetch the
+/// weights ahead of their loads, kPrefetchLines ahead (kernel_fused_impl.h): non-temporally
+/// (prefetchnta), into every cache level (prefetcht0), or not at all (the hardware prefetchers
+/// alone). Each line is used once per call; which hint streams fastest depends on the CPU's
+/// caches and fill buffers, so stream_prefetch() picks it per CPU (kernel_choice.cpp).
+enum class Prefetch { kNta, kT0, kNone };
+const char* prefetch_name(Prefetch p);
+
 struct XLayout {
   XForm form = XForm::kF32;
   int64_t rb = 1;          ///< rows per block
@@ -73,6 +81,7 @@ struct FusedArgs {
   XForm xform;
   int64_t seg0 = 0, seg1 = 0;  ///< the K slice: segments [seg0, seg1)
   int64_t tile_steps = 0;      ///< XLayout::tile_steps
+  Prefetch prefetch = Prefetch::kNta;  ///< the stream's prefetch hint: stream_prefetch()
 };
 
 /// The row stride of the kernels' y: the tiles' 64-byte lines, an odd number of them, so that

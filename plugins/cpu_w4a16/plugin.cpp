@@ -133,6 +133,7 @@ std::string env_knob_error() {
         "amx, avx512bf16, avx512, avx2 or portable");
   check("NIBBLE_CPU_PATH", one_of(env("NIBBLE_CPU_PATH"), {"fused", "onednn"}), "fused or onednn");
   check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
+  check("NIBBLE_CPU_PREFETCH", one_of(env("NIBBLE_CPU_PREFETCH"), {"nta", "t0", "none"}), "nta, t0 or none");
   check("NIBBLE_CPU_SPLIT_K", one_of(env("NIBBLE_CPU_SPLIT_K"), {"0", "1"}), "0 (never split K) or 1 (where tiles are few)");
   check("NIBBLE_NUM_THREADS", at_least(env("NIBBLE_NUM_THREADS"), 0), "an integer >= 0 (0: the OpenMP default)");
   return why;
@@ -156,10 +157,10 @@ int32_t probe(char* msg, size_t cap) {
   const KernelPlan& f32 = kernel_plan(NIBBLE_DTYPE_F32);
   const char* amx = amx_unavailable();
   const size_t nodes = process_numa_nodes().size();
-  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; calibration: %s",
+  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; prefetch: %s; calibration: %s",
               num_threads(), nodes > 1 ? (", workers spread over " + std::to_string(nodes) + " NUMA nodes").c_str() : "",
               families(bf16).c_str(), bf16.summary.c_str(), families(f32).c_str(), f32.summary.c_str(),
-              amx ? amx : "available", calibration_report().empty() ? "none" : calibration_report().c_str());
+              amx ? amx : "available", prefetch_summary().c_str(), calibration_report().empty() ? "none" : calibration_report().c_str());
 }
 
 int32_t can_implement(const nibble_linear_spec* s, char* msg, size_t cap) {
@@ -359,7 +360,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
                          l.rb,         sc.y.data(),
                          ldy,          p.spec.act_dtype == NIBBLE_DTYPE_F32,
                          l.form,       0,
-                         w.segments(), l.tile_steps};
+                         w.segments(), l.tile_steps,
+                         stream_prefetch()};
     // Pieces: the one-tile form (bandwidth-bound) about 32 per member, so that a member's run is
     // one long stream and a late member's back half is worth stealing; the GEMM forms
     // (compute-bound, weights reused from cache) whole column blocks, of their preferred width
