@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/bundle_pack.sh DEST: the last step of the CPU bundles (xeon_bundle.sh, xeon_ab_bundle.sh):
+# bench/bundle_pack.sh DEST: the last step of the CPU bundles (xeon_bundle.sh, ab_bundle.sh):
 # compresses libdnnl with xz (the run scripts unpack it there) and checks that DEST and the tracked
 # tree together stay under the device tool's 64 MiB. Run from the repository root.
 set -euo pipefail

@@ -1,30 +1,35 @@
 #!/bin/bash
-# bench/xeon_ab.sh [BUNDLE]: an A/B timing of two builds of the CPU plugin on the GPU machine's
-# Xeon host in one device call (issue 15), from a bundle made by bench/xeon_ab_bundle.sh (default
-# .gpu), run from the repository root. `nibble bench` runs the same sweep with the old build and
-# the new one in turn, old/new/old/new (XEON_AB_ROUNDS rounds, default 2), so that a change of the
+# bench/ab.sh [BUNDLE]: an A/B timing of two builds of a plugin in one device call: the CPU plugin
+# on the GPU machine's Xeon host (issue 15), or with AB_BACKEND=cuda_w4a16 the CUDA plugin on its
+# GPU, from a bundle made by bench/ab_bundle.sh (default .gpu), run from the repository root. `nibble bench` runs the same sweep with the old build and
+# the new one in turn, old/new/old/new (AB_ROUNDS rounds, default 2), so that a change of the
 # machine's state over the run (another tenant, the host's clocks) falls on both alike. The sides
-# may also be settings of one build: XEON_AB_SIDES (default "old new") lists them, each
+# may also be settings of one build: AB_SIDES (default "old new") lists them, each
 # LABEL[:BUILD][+VAR=VALUE...] (BUILD old or new, default the label), e.g.
-#   XEON_AB_SIDES="nta:new+NIBBLE_CPU_PREFETCH=nta t0:new+NIBBLE_CPU_PREFETCH=t0"
+#   AB_SIDES="nta:new+NIBBLE_CPU_PREFETCH=nta t0:new+NIBBLE_CPU_PREFETCH=t0"
 # and every side is compared with the first. The sweep:
-#   shapes XEON_AB_SHAPES (default 4096x4096,14336x4096,8192x57344), M XEON_AB_M (default 1,8),
-#   threads XEON_AB_THREADS (default 16,2); bf16, G = 128, weights rotated over 640 MiB, no dense
-#   baseline.
-# Writes under $OUT (or /tmp/xeon-ab-out): summary.txt (the table: each point's time per run, the
+#   shapes AB_SHAPES (default 4096x4096,14336x4096,8192x57344), M AB_M (default 1,8),
+#   threads AB_THREADS (default 16,2; CPU only); dtype AB_DTYPE (default bf16 on the CPU, f16 on
+#   the GPU), G = 128, weights rotated over 640 MiB, no dense baseline; AB_ARGS adds arguments
+#   of `nibble bench` (e.g. "--bits 8").
+# Writes under $OUT (or /tmp/ab-out): summary.txt (the table: each point's time per run, the
 # median of each side and new/old), bench.txt (nibble's output) and one JSON per run. The whole
-# stays inside XEON_AB_BUDGET_S seconds (default 280): each run gets an even share of what is left.
-# Runs on any Linux x86-64 machine (e.g. the development machine with XEON_AB_THREADS=2).
+# stays inside AB_BUDGET_S seconds (default 280): each run gets an even share of what is left.
+# Runs on any Linux x86-64 machine (e.g. the development machine with AB_THREADS=2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=$(cd "${1:-.gpu}" && pwd) || { echo "no bundle ${1:-.gpu}" >&2; exit 1; }
-SHAPES=${XEON_AB_SHAPES:-4096x4096,14336x4096,8192x57344}
-MS=${XEON_AB_M:-1,8}
-THREADS=${XEON_AB_THREADS:-16,2}
-ROUNDS=${XEON_AB_ROUNDS:-2}
-SIDES=${XEON_AB_SIDES:-old new}
-OUT=${OUT:-/tmp/xeon-ab-out}
-budget=${XEON_AB_BUDGET_S:-280}
+SHAPES=${AB_SHAPES:-4096x4096,14336x4096,8192x57344}
+MS=${AB_M:-1,8}
+THREADS=${AB_THREADS:-16,2}
+ROUNDS=${AB_ROUNDS:-2}
+SIDES=${AB_SIDES:-old new}
+BACKEND=${AB_BACKEND:-cpu_w4a16}
+DTYPE=${AB_DTYPE:-$([[ $BACKEND == cpu_w4a16 ]] && echo bf16 || echo f16)}
+THREAD_ARGS="--threads $THREADS"
+[[ $BACKEND == cpu_w4a16 ]] || THREAD_ARGS=""
+OUT=${OUT:-/tmp/ab-out}
+budget=${AB_BUDGET_S:-280}
 start=$SECONDS
 mkdir -p "$OUT"
 sum=$OUT/summary.txt benchtxt=$OUT/bench.txt
@@ -37,7 +42,7 @@ nib() {  # nib BUILD ARGS...: that build's nibble with its own libnibble and plu
   local side=$1
   shift
   LD_LIBRARY_PATH="$B/$side/core:$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    NIBBLE_PLUGIN_PATH="$B/$side/plugins/cpu_w4a16" "$B/$side/tools/nibble/nibble" "$@"
+    NIBBLE_PLUGIN_PATH="$B/$side/plugins/$BACKEND" "$B/$side/tools/nibble/nibble" "$@"
 }
 # A side's label, build and settings: LABEL[:BUILD][+VAR=VALUE...].
 side_label() { local x=${1%%+*}; echo "${x%%:*}"; }
@@ -45,17 +50,17 @@ side_build() { local x=${1%%+*}; [[ $x == *:* ]] && echo "${x#*:}" || echo "$x";
 side_env() { [[ $1 == *+* ]] && echo "${1#*+}" | tr '+' ' ' || true; }
 labels=()
 for s in $SIDES; do labels+=("$(side_label "$s")"); done
-note "xeon_ab: $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs"
+note "ab ($BACKEND): $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs"
 note "shapes $SHAPES, M $MS, threads $THREADS, $ROUNDS rounds of the sides ($SIDES) in turn, budget $budget s"
 for s in $SIDES; do
   build=$(side_build "$s")
-  for f in tools/nibble/nibble core/libnibble.so.0 plugins/cpu_w4a16/cpu_w4a16.so; do
+  for f in tools/nibble/nibble core/libnibble.so.0 plugins/$BACKEND/$BACKEND.so; do
     [[ -e "$B/$build/$f" ]] || { note "FAIL: $B/$build/$f is not in the bundle"; exit 1; }
   done
   # Which plugin file each side loads (its own: a mix-up would compare a build with itself).
-  loaded=$(env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; nib $build plugins" 2>&1 | grep -m1 -o "/[^ ]*cpu_w4a16\.so" || true)
+  loaded=$(env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; BACKEND='$BACKEND'; nib $build plugins" 2>&1 | grep -m1 -o "/[^ ]*$BACKEND\.so" || true)
   note "$(side_label "$s"): $(cat "$B/$build/origin.txt" 2>/dev/null) $(side_env "$s") loads ${loaded:-(no path printed)}"
-  note "  $(env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; nib $build plugins" 2>&1 | grep -m1 'probe:' | sed 's/^ *//' | cut -c1-400)"
+  note "  $(env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; BACKEND='$BACKEND'; nib $build plugins" 2>&1 | grep -m1 'probe:' | sed 's/^ *//' | cut -c1-400)"
 done
 
 nsides=${#labels[@]}
@@ -69,8 +74,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     ((limit >= 20)) || { note "NOT RUN (out of time): $side round $round"; continue; }
     t0=$SECONDS
     echo "===== $side round $round (limit $limit s)" >>"$benchtxt"
-    timeout "$limit" env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; nib $build bench --backend cpu_w4a16 --shapes '$SHAPES' --m '$MS' \
-      --threads '$THREADS' --g 128 --rotate-mb 640 --budget 0.2 --no-dense --json '$OUT/$side-$round.json'" >>"$benchtxt" 2>&1
+    timeout "$limit" env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; BACKEND='$BACKEND'; nib $build bench --backend $BACKEND --shapes '$SHAPES' --m '$MS' \
+      $THREAD_ARGS --dtype $DTYPE ${AB_ARGS:-} --g 128 --rotate-mb 640 --budget 0.2 --no-dense --json '$OUT/$side-$round.json'" >>"$benchtxt" 2>&1
     rc=$?
     note "$side round $round: exit $rc in $((SECONDS - t0)) s$( ((rc == 124)) && echo ' (cut short: its JSON has the points that finished)')"
   done

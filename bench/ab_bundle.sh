@@ -1,17 +1,19 @@
 #!/bin/bash
-# bench/xeon_ab_bundle.sh OLD NEW [DEST]: packs two CPU builds for bench/xeon_ab.sh on the GPU
-# machine's Xeon host: each build's nibble, libnibble and cpu_w4a16 plugin (tree kept, so that
+# bench/ab_bundle.sh OLD NEW [DEST]: packs two builds for bench/ab.sh on the GPU machine (its
+# Xeon host or its GPU): each build's nibble, libnibble and the plugin AB_PLUGIN (default
+# cpu_w4a16; cuda_w4a16 for the GPU) (tree kept, so that
 # nibble's $ORIGIN/../../core finds its own libnibble) under DEST/old and DEST/new, the
-# non-system libraries they load once under DEST/lib (libdnnl compressed with xz; xeon_ab.sh
-# unpacks it there). OLD and NEW are build directories (configured with the CPU plugin and built);
-# OLD "-" packs NEW alone, for sides that are settings of one build (XEON_AB_SIDES in xeon_ab.sh);
+# non-system libraries they load once under DEST/lib (libdnnl compressed with xz; ab.sh
+# unpacks it there). OLD and NEW are build directories (configured with the plugin and built);
+# OLD "-" packs NEW alone, for sides that are settings of one build (AB_SIDES in ab.sh);
 # DEST defaults to .gpu (ignored by git; replaced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-old=${1:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
-new=${2:?usage: bench/xeon_ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
+old=${1:?usage: bench/ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
+new=${2:?usage: bench/ab_bundle.sh OLD_BUILD NEW_BUILD [DEST]}
 dest=${3:-.gpu}
-files=(tools/nibble/nibble core/libnibble.so.0 plugins/cpu_w4a16/cpu_w4a16.so)
+plugin=${AB_PLUGIN:-cpu_w4a16}
+files=(tools/nibble/nibble core/libnibble.so.0 plugins/$plugin/$plugin.so)
 sides=(old new)
 [[ $old == - ]] && sides=(new)
 for side in "${sides[@]}"; do
@@ -19,8 +21,8 @@ for side in "${sides[@]}"; do
   [[ $side == new ]] && b=$new
   for f in "${files[@]}"; do [[ -e "$b/$f" ]] || { echo "no $f in $b: build it first" >&2; exit 1; }; done
 done
-if [[ $old != - ]] && cmp -s "$old/plugins/cpu_w4a16/cpu_w4a16.so" "$new/plugins/cpu_w4a16/cpu_w4a16.so"; then
-  echo "the two builds have the same cpu_w4a16.so: nothing to compare" >&2
+if [[ $old != - ]] && cmp -s "$old/plugins/$plugin/$plugin.so" "$new/plugins/$plugin/$plugin.so"; then
+  echo "the two builds have the same $plugin.so: nothing to compare" >&2
   exit 1
 fi
 rm -rf "$dest"
@@ -38,6 +40,6 @@ for side in "${sides[@]}"; do
       [[ -e "$dest/lib/$name" ]] || cp -L "$path" "$dest/lib/$name"
     done
   done
-  echo "$b $(md5sum <"$dest/$side/plugins/cpu_w4a16/cpu_w4a16.so" | cut -d' ' -f1)" >"$dest/$side/origin.txt"
+  echo "$b $(md5sum <"$dest/$side/plugins/$plugin/$plugin.so" | cut -d' ' -f1)" >"$dest/$side/origin.txt"
 done
 bench/bundle_pack.sh "$dest"
