@@ -149,7 +149,7 @@ void calibrate(std::vector<Bench>& benches, int32_t act_dtype) {
         y.resize(size_t(m * fused_y_stride(w)));
         const FusedArgs a{&w,     xp.data(), xs.data(),         m,
                           l.rb,   y.data(),  fused_y_stride(w), act_dtype == NIBBLE_DTYPE_F32,
-                          l.form, 0,         w.segments(),      l.tile_steps};
+                          l.form, 0,         w.segments(),      l.tile_steps, stream_prefetch()};
         const auto t0 = std::chrono::steady_clock::now();
         gather_x(w, x.data(), act_dtype, l, m, xp.data(), xs.data(), alone);
         b.form->fn(a, 0, w.tiles);
@@ -380,21 +380,37 @@ const char* prefetch_name(Prefetch p) {
   return p == Prefetch::kNta ? "nta" : p == Prefetch::kT0 ? "t0" : "none";
 }
 
-// NIBBLE_CPU_PREFETCH where set (the probe has validated it), else prefetchnta: the hint measured
-// fastest on the Zen 5 (kernel_fused_impl.h).
+namespace {
+bool cpu_is_intel() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char vendor[13];
+  std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+  vendor[12] = 0;
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+}
+}  // namespace
+
+// NIBBLE_CPU_PREFETCH where set (the probe has validated it), else by vendor, as measured
+// (docs/benchmarks.md, "Prefetch hints"): prefetcht0 on Intel (the AMX Xeon host: 2-2.6x faster
+// than prefetchnta for the AMX form at M = 8, 1.1-1.4x at M = 32, about 1.08x for the one-tile form
+// at M = 1), prefetchnta elsewhere (the Zen 5: +7-15% over prefetcht0 at M = 1-2 in its low
+// bandwidth state, kernel_fused_impl.h).
 Prefetch stream_prefetch() {
   static const Prefetch p = [] {
     const char* env = std::getenv("NIBBLE_CPU_PREFETCH");
     if (env && std::strcmp(env, "t0") == 0) return Prefetch::kT0;
     if (env && std::strcmp(env, "none") == 0) return Prefetch::kNone;
-    return Prefetch::kNta;
+    if (env && std::strcmp(env, "nta") == 0) return Prefetch::kNta;
+    return cpu_is_intel() ? Prefetch::kT0 : Prefetch::kNta;
   }();
   return p;
 }
 
 std::string prefetch_summary() {
   const char* env = std::getenv("NIBBLE_CPU_PREFETCH");
-  return strf("%s (%s)", prefetch_name(stream_prefetch()), env && *env ? "NIBBLE_CPU_PREFETCH" : "default");
+  return strf("%s (%s)", prefetch_name(stream_prefetch()),
+              env && *env ? "NIBBLE_CPU_PREFETCH" : cpu_is_intel() ? "default on Intel" : "default");
 }
 
 // AMX needs three things: the CPU (CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE), the OS

@@ -60,8 +60,8 @@ const KernelForm* kernel_form(const std::string& name);
 std::string calibration_report();
 
 /// The prefetch hint of the streaming kernels (FusedArgs::prefetch) on this CPU, fixed for the
-/// process: NIBBLE_CPU_PREFETCH=nta|t0|none, else nta. prefetch_summary() says which and why, for
-/// the probe message.
+/// process: NIBBLE_CPU_PREFETCH=nta|t0|none, else t0 on Intel CPUs and nta on others (measured:
+/// kernel_choice.cpp). prefetch_summary() says which and why, for the probe message.
 Prefetch stream_prefetch();
 std::string prefetch_summary();
 

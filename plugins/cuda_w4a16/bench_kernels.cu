@@ -327,9 +327,9 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->nosk = true;
     else if (t == "ximg")
       v->ximg = true;
-    else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3)
+    else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
-    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])))
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 10))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
@@ -534,8 +534,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           plan.grid, tiles, lp.kt, roof_us, reps);
       double full_us = 0;
       for (const DiagVariant& v : variants) {
-        gp.ablate = v.ablate;
-        gp.stages = v.stages;
+        gp.ablate = int16_t(v.ablate);   // the WgAblate bits (below 1 << 10)
+        gp.stages = uint8_t(v.stages);  // checked when parsed
         const int grid = v.nosk ? tiles : plan.grid;
         auto launch = [&](int i) {
           gp.w = pk[size_t(i) % pk.size()].w;

@@ -41,6 +41,13 @@ struct KernelInfo {
 };
 
 /// Arguments of one matmul launch. Pointers are device memory.
+///
+/// At most 128 bytes (static_assert below): nvcc 13 compiles a kernel whose by-value parameter
+/// struct is larger to read its fields through a pointer into the parameter space, and ptxas then
+/// schedules the same source differently. Measured on the H200 (2026-12-02, docs/cuda.md): with
+/// this struct at 136 bytes the GEMV kernels v2u2 and v4 ran 1.03-1.17x and 1.05-1.24x slower
+/// than the same source with a 120-byte struct (v4 held 173-183 registers instead of 228-232).
+/// Hence the narrow flags at the end.
 struct GemmParams {
   const void* w;            // packed units, uint4 [strips][ku][32] (layout.h)
   const void* scale_rec;    // act dtype [groups_pad][strips][8][4] (layout.h)
@@ -62,14 +69,15 @@ struct GemmParams {
                       // as __umulhi(u, g_magic) with g_magic = floor(2^32 / upg) + 1, exact for
                       // u * upg < 2^32 (layout_plan.cpp checks); g_magic = 0 means upg = 1
   int32_t m_tiles, n_tiles;  // ceil(m / bm), N_pad / bn
-  int32_t evict_first;       // 1: stream the weights with an L2 evict-first policy (read once)
-  int32_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
+  uint8_t evict_first;       // 1: stream the weights with an L2 evict-first policy (read once)
+  uint8_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
                              // the stream (PDL), so that its launch and first weight loads overlap
                              // that kernel's tail
   // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
-  int32_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)
-  int32_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
+  uint8_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
+  int16_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)
 };
+static_assert(sizeof(GemmParams) <= 128, "GemmParams: keep the kernels' parameter block within 128 bytes (see above)");
 
 /// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
 /// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result
