@@ -64,6 +64,13 @@ check(p.returncode != 0 and "backend 'nope'" in p.stderr and "cpu_w4a16" in p.st
       "NIBBLE_BACKEND=nope fails listing the backends that exist", p)
 p = run(["selftest", "--backend", "nope"], NIBBLE_PLUGIN_PATH=CPU_DIR)
 check(p.returncode != 0 and "cpu_w4a16" in p.stderr, "--backend nope fails listing the backends that exist", p)
+# A backend asked for by name that is missing because its directory was given relative says so,
+# wherever it is asked for (a pin in selection, bench's --backend).
+rel = os.path.relpath(CPU_DIR)
+for args, what in [(["selftest"], "NIBBLE_BACKEND"), (["bench", "--backend", "cpu_w4a16", "--shapes", "256x256", "--m", "1"], "bench --backend")]:
+    p = run(args, NIBBLE_PLUGIN_PATH=rel, **({"NIBBLE_BACKEND": "cpu_w4a16"} if what == "NIBBLE_BACKEND" else {}))
+    check(p.returncode != 0 and f"NIBBLE_PLUGIN_PATH entry '{rel}' ignored" in p.stderr,
+          f"{what}: a missing backend names the relative NIBBLE_PLUGIN_PATH entry that was ignored", p)
 
 # The CPU backend passes the self test in every activation dtype.
 for dt in ["f16", "bf16", "f32"]:

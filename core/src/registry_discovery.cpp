@@ -321,4 +321,13 @@ std::string Registry::backend_names() const {
   return names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "));
 }
 
+std::string Registry::missing_backend(const std::string& name, const std::string& asked_by) const {
+  std::vector<std::string> dirs;
+  for (const auto& d : dirs_) dirs.push_back(d.string());
+  std::string why;
+  for (const auto& r : search_remarks()) why += fmt::format("; {}", r);
+  return fmt::format("backend '{}'{} does not exist; backends found: {} (searched: {}){}", name,
+                     asked_by.empty() ? "" : " (" + asked_by + ")", backend_names(), fmt::join(dirs, ":"), why);
+}
+
 }  // namespace nibble

@@ -31,15 +31,8 @@ Selection Registry::select(const LinearSpec& spec, const Policy& policy) const {
   sel.layer = spec.name;
   const std::string origin = policy.source.empty() ? std::string("policy") : policy.source;
 
-  if (rules.pin && !find(*rules.pin)) {
-    std::vector<std::string> dirs;
-    for (const auto& d : dirs_) dirs.push_back(d.string());
-    std::string why;
-    for (const auto& r : search_remarks()) why += fmt::format("; {}", r);
-    throw Error(Errc::no_backend,
-                fmt::format("backend '{}' (pinned by {}) does not exist; backends found: {} "
-                            "(searched: {}){}", *rules.pin, origin, backend_names(), fmt::join(dirs, ":"), why));
-  }
+  if (rules.pin && !find(*rules.pin))
+    throw Error(Errc::no_backend, missing_backend(*rules.pin, "pinned by " + origin));
   for (const auto& p : rules.prefer)
     if (!find(p)) sel.notes.push_back(fmt::format("preferred backend '{}' does not exist", p));
   for (auto& r : search_remarks()) sel.notes.push_back(std::move(r));

@@ -278,7 +278,7 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
     }
     for (const std::string& name : split_commas(list)) {
       auto b = reg->find(name);
-      if (!b) throw Error(Errc::no_backend, fmt::format("backend '{}' does not exist; backends found: {}", name, reg->backend_names()));
+      if (!b) throw Error(Errc::no_backend, reg->missing_backend(name));
       if (!b->probe().available) throw Error(Errc::no_backend, fmt::format("backend '{}': {}", name, b->probe().message));
       backends.push_back(b);
     }

@@ -272,6 +272,10 @@ class Registry {
   std::shared_ptr<Backend> find(const std::string& name) const;
   /// Comma-separated names of every backend found ("cpu_w4a16, cuda_w4a16").
   std::string backend_names() const;
+  /// The message for a backend asked for by name that does not exist: the backends that do, the
+  /// directories searched and search_remarks() (e.g. a relative NIBBLE_PLUGIN_PATH entry, ignored).
+  /// `asked_by`, where not empty, says who asked ("pinned by policy.toml").
+  std::string missing_backend(const std::string& name, const std::string& asked_by = {}) const;
 
   /// Chooses a backend for `spec` under `policy`. Never throws for "nothing fits": the Selection is
   /// then empty and lists why. Throws Errc::no_backend only for a pin of a backend that does not
