@@ -13,6 +13,11 @@
 // step (32 rows = 4 lines). And one A row is x's row m over those 32 K rows, the bf16 pairs in
 // the same order: gather_x's tile layout (kernels.h XLayout).
 //
+// Weights in the kRows order (the f32 kernels' order, row j of a line at bits 4j) make the same B
+// rows with two more operations per pair: pair p is the byte at bits 8p, whose high nibble
+// (row 2p + 1) moves to bit 16 by a left shift of 12 and a bitwise select, so that one layout
+// serves the f32-order one-tile form at small M and this form above it (KernelForm "gemm-amx-rows").
+//
 // Per call (tiles [t0, t1), segments [seg0, seg1)), with tiles configured once:
 //   for each column block (NB tiles) and K block (SB segments):
 //     dequantize the block's codes into B tiles (128 + q, exact in bf16), once: the weights are
@@ -155,7 +160,15 @@ class Gemm {
   // lanes of bf16 (128 + q_2p, 128 + q_2p+1); rows past the segment's end 0 (their A is 0 too,
   // and 0 x 0 keeps out whatever the buffer held).
   void dequantize(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
+    if (w_.order == CodeOrder::kRows)
+      dequantize_order<CodeOrder::kRows>(t, ti, sg, sgi);
+    else
+      dequantize_order<CodeOrder::kBf16Pairs>(t, ti, sg, sgi);
+  }
+  template <CodeOrder O>
+  void dequantize_order(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
     const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
+    const __m512i low_nibble = _mm512_set1_epi32(0x0000000f);
     const uint32_t* q = w_.tile_codes(t);
     const int64_t l0 = w_.seg_line[size_t(sg)], l1 = w_.seg_line[size_t(sg + 1)];
     for (int64_t j = 0; j < used_steps(sg); ++j) {
@@ -175,7 +188,15 @@ class Gemm {
         else if (a_.prefetch == Prefetch::kT0) _mm_prefetch(ahead, _MM_HINT_T0);
         const __m512i codes = _mm512_load_si512(q + l * kTileN);
         unroll<4>([&](auto p) {
-          const __m512i moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);
+          __m512i moved;
+          if constexpr (O == CodeOrder::kBf16Pairs) {
+            moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);  // rows 2p, 2p + 1 at bits 0, 16
+          } else {
+            const __m512i byte = p == 0 ? codes : _mm512_srli_epi32(codes, 8 * p);  // rows 2p, 2p + 1 at bits 0, 4
+            // low_nibble ? byte : byte << 12: row 2p at bit 0, row 2p + 1 at bit 16 (other bits
+            // are cleared by the mask below).
+            moved = _mm512_ternarylogic_epi32(byte, _mm512_slli_epi32(byte, 12), low_nibble, 0xe4);
+          }
           _mm512_store_si512(rows + p * 16, _mm512_ternarylogic_epi32(moved, mask, one, 0xea));
         });
       }

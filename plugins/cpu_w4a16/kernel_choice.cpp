@@ -22,6 +22,15 @@ namespace nibble::cpu {
 
 namespace {
 
+bool cpu_is_intel() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  char vendor[13];
+  std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+  vendor[12] = 0;
+  return std::strcmp(vendor, "GenuineIntel") == 0;
+}
+
 // printf into a std::string (the plugin does not link fmt).
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string strf(const char* format, ...) {
@@ -59,6 +68,8 @@ const KernelForm kKernelForms[] = {
     {"gemm-avx512bf16", gemm_avx512bf16, CodeOrder::kBf16Pairs, true, kGemmRows, false, true, 4, 32, 2, 32,
      avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
+    // The AMX form on the f32 kernels' code order (kernel_amx_impl.h: two more operations per pair).
+    {"gemm-amx-rows", gemm_amx, CodeOrder::kRows, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
     {"fused-avx2", fused_avx2, CodeOrder::kRows, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
     {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1,
      always_available},
@@ -71,7 +82,8 @@ struct Family {
 };
 const Family kFamilies[] = {
     {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
-    {"avx512", {"fused-avx512", nullptr}},     {"avx2", {"fused-avx2", nullptr}},
+    {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx-rows"}},
+    {"avx2", {"fused-avx2", nullptr}},
     {"portable", {"fused-portable", nullptr}},
 };
 
@@ -228,6 +240,13 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(fused_portable, nullptr);
+  // On Intel the f32 order comes first (it stays unless the other is better by kMargin): there
+  // vdpbf16ps makes the bf16-pairs one-tile form arithmetic-bound, the f32-order one streams
+  // M = 1 1.7-3.3x faster (the AMX Xeon host; the 2-core Intel VM had it 1.4-1.7x faster at M = 8),
+  // and the AMX form reads that order too (gemm-amx-rows); docs/benchmarks.md.
+  if (cpu_is_intel())
+    std::stable_partition(candidates.begin(), candidates.end(),
+                          [](const KernelForm* f) { return f->order == CodeOrder::kRows; });
   KernelPlan plan;
   const int64_t gemm_min = gemm_min_m_env();
   const auto one_tile_and_gemm = [&](const KernelForm* small, const KernelForm* gemm) {
@@ -379,17 +398,6 @@ std::string calibration_report() {
 const char* prefetch_name(Prefetch p) {
   return p == Prefetch::kNta ? "nta" : p == Prefetch::kT0 ? "t0" : "none";
 }
-
-namespace {
-bool cpu_is_intel() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[13];
-  std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
-  vendor[12] = 0;
-  return std::strcmp(vendor, "GenuineIntel") == 0;
-}
-}  // namespace
 
 // NIBBLE_CPU_PREFETCH where set (the probe has validated it), else by vendor, as measured
 // (docs/benchmarks.md, "Prefetch hints"): prefetcht0 on Intel (the AMX Xeon host: 2-2.6x faster

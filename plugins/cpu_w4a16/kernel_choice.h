@@ -46,7 +46,7 @@ struct KernelPlan {
 };
 
 /// The plan for activations of `act_dtype` (NIBBLE_DTYPE_*), made on first use and kept for the
-/// process. NIBBLE_CPU_ISA=amx|avx512bf16|avx512|avx2|portable limits it to that family (where this
+/// process. NIBBLE_CPU_ISA=amx|avx512bf16|avx512-amx|avx512|avx2|portable limits it to that family (where this
 /// CPU and the activations allow it; else the probe says why and the plan is made as without it),
 /// NIBBLE_CPU_GEMM_MIN_M=N fixes the M from which the family's GEMM form runs; what is not fixed
 /// is calibrated: each candidate form timed on a small layer in cache, one thread (calibration()).
