@@ -240,13 +240,6 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(fused_portable, nullptr);
-  // On Intel the f32 order comes first (it stays unless the other is better by kMargin): there
-  // vdpbf16ps makes the bf16-pairs one-tile form arithmetic-bound, the f32-order one streams
-  // M = 1 1.7-3.3x faster (the AMX Xeon host; the 2-core Intel VM had it 1.4-1.7x faster at M = 8),
-  // and the AMX form reads that order too (gemm-amx-rows); docs/benchmarks.md.
-  if (cpu_is_intel())
-    std::stable_partition(candidates.begin(), candidates.end(),
-                          [](const KernelForm* f) { return f->order == CodeOrder::kRows; });
   KernelPlan plan;
   const int64_t gemm_min = gemm_min_m_env();
   const auto one_tile_and_gemm = [&](const KernelForm* small, const KernelForm* gemm) {

@@ -1,10 +1,10 @@
 #!/bin/bash
 # The seventh device call of the 2026-12-02 (second) session, Xeon host: the AMX form on the f32
-# order (gemm-amx-rows) and the f32 order first on Intel. .gpu/xeon/new is this tree's build (with
-# test_conformance), .gpu/xeon/old the build of 7d4ca98 (bf16-pairs order first).
+# order (gemm-amx-rows, opt-in: NIBBLE_CPU_ISA=avx512-amx) against the default plan. .gpu/xeon/new
+# is this tree's build (with test_conformance), .gpu/xeon/old the build of 7d4ca98.
 #   1. the plan each build makes here (nibble plugins)
 #   2. conformance: gemm-amx-rows forced, and the default plan, at 16 threads
-#   3. bench/ab.sh old against new, M = 1-64, 16 and 2 threads
+#   3. bench/ab.sh: the default plan against NIBBLE_CPU_ISA=avx512-amx, 16 and 2 threads
 set -u
 O=${OUT:?}
 S=$O/summary.txt
@@ -22,6 +22,6 @@ for v in gemm_amx_rows:avx512-amx default:; do
   say "conformance $name: exit $? $(grep -m1 'cases checked' "$O/conf_$name.txt") $(grep -m1 -E 'SKIP' "$O/conf_$name.txt")"
 done
 OUT=$O/ab AB_ROUNDS=2 AB_BUDGET_S=130 AB_M=1,2,4,8,32 AB_SHAPES=14336x4096,8192x57344 \
-  bash bench/ab.sh .gpu/xeon > "$O/xeon_ab.txt" 2>&1
+  AB_SIDES="default:new avx512-amx:new+NIBBLE_CPU_ISA=avx512-amx" bash bench/ab.sh .gpu/xeon > "$O/xeon_ab.txt" 2>&1
 say "ab done"
 tar czf "$O/raw.tar.gz" -C "$O" ab && rm -rf "$O/ab"
