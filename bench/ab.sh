@@ -14,7 +14,9 @@
 #   of `nibble bench` (e.g. "--bits 8").
 # Writes under $OUT (or /tmp/ab-out): summary.txt (the table: each point's time per run, the
 # median of each side and new/old), bench.txt (nibble's output) and one JSON per run. The whole
-# stays inside AB_BUDGET_S seconds (default 280): each run gets an even share of what is left.
+# stays inside AB_BUDGET_S seconds (default 280): each run gets an even share of what is left, at
+# least 20 s while that much is left (so with many sides and a small budget the last runs are the
+# ones left out, each printed NOT RUN).
 # Runs on any Linux x86-64 machine (e.g. the development machine with AB_THREADS=2).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +53,7 @@ side_env() { [[ $1 == *+* ]] && echo "${1#*+}" | tr '+' ' ' || true; }
 labels=()
 for s in $SIDES; do labels+=("$(side_label "$s")"); done
 note "ab ($BACKEND): $(date -u +%FT%TZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs"
-note "shapes $SHAPES, M $MS, threads $THREADS, $ROUNDS rounds of the sides ($SIDES) in turn, budget $budget s"
+note "shapes $SHAPES, M $MS,$([[ -n $THREAD_ARGS ]] && echo " threads $THREADS,") $ROUNDS rounds of the sides ($SIDES) in turn, budget $budget s"
 for s in $SIDES; do
   build=$(side_build "$s")
   for f in tools/nibble/nibble core/libnibble.so.0 plugins/$BACKEND/$BACKEND.so; do
@@ -70,8 +72,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
     side=$(side_label "$s") build=$(side_build "$s")
     left=$((budget - (SECONDS - start) - 10))
     limit=$((left / (runs - done_runs)))
+    ((limit < 20)) && limit=20
     done_runs=$((done_runs + 1))
-    ((limit >= 20)) || { note "NOT RUN (out of time): $side round $round"; continue; }
+    ((left >= 20)) || { note "NOT RUN (out of time): $side round $round"; continue; }
     t0=$SECONDS
     echo "===== $side round $round (limit $limit s)" >>"$benchtxt"
     timeout "$limit" env $(side_env "$s") bash -c "$(declare -f nib); B='$B'; BACKEND='$BACKEND'; nib $build bench --backend $BACKEND --shapes '$SHAPES' --m '$MS' \
