@@ -13,7 +13,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernel_amx_impl.h"
+#include "amx_tiles.h"
+#include "kernels.h"
 
 namespace nibble::cpu::amx {
 
@@ -128,5 +129,9 @@ struct EmuTiles {
     return daz(f);
   }
 };
+
+/// The AMX form over EmuTiles (amx_emulated_kernel.cpp, compiled with AVX-512 flags): the tests
+/// call it, so that their own code needs no AVX-512.
+void gemm_emulated(const FusedArgs& a, int64_t t0, int64_t t1);
 
 }  // namespace nibble::cpu::amx

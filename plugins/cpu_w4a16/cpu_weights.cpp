@@ -38,7 +38,15 @@ uint32_t reorder_word(uint32_t word, CodeOrder o) {
 
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w, CodeOrder order) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
-  if (s.weight_type == NIBBLE_WT_UINT4 && !w.zeros) throw std::invalid_argument("tensor 'zeros' is missing for a uint4 layer");
+  const int bits = s.bits;
+  if (bits != 4 && bits != 2)
+    throw std::invalid_argument("prepare_cpu_weights: expected 4- or 2-bit codes, found " + std::to_string(bits));
+  if (nibble_weight_type_bits(s.weight_type) != bits)
+    throw std::invalid_argument("prepare_cpu_weights: the weight type does not have " + std::to_string(bits) + " bits");
+  if (bits == 2 && order != CodeOrder::kRows)
+    throw std::invalid_argument("prepare_cpu_weights: 2-bit codes are laid out in the rows order only");
+  const bool asym = !nibble_weight_type_symmetric(s.weight_type);
+  if (asym && !w.zeros) throw std::invalid_argument("tensor 'zeros' is missing for a layer with zero points");
   if (s.act_order && !w.g_idx) throw std::invalid_argument("tensor 'g_idx' is missing for an act-order layer");
   if (s.has_bias && !w.bias) throw std::invalid_argument("tensor 'bias' is missing");
 
@@ -51,7 +59,11 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   cw.groups = ng;
   cw.act_dtype = s.act_dtype;
   cw.order = order;
+  cw.code_bits = bits;
+  if (!asym) cw.sym_zero = float(1 << (bits - 1));
   cw.tiles = (N + kTileN - 1) / kTileN;
+  const int64_t quantum = group_row_quantum(bits), per_word = 32 / bits;
+  const uint32_t field = (1u << bits) - 1;
 
   // Rows of each group, in canonical order within the group.
   std::vector<std::vector<int32_t>> members(static_cast<size_t>(ng));
@@ -66,7 +78,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   for (int64_t g = 0; g < ng; ++g) {
     auto& rows = members[size_t(g)];
     for (int32_t r : rows) cw.row_src.push_back(r);
-    while (cw.row_src.size() % 8) cw.row_src.push_back(-1);  // pad the group to whole lines
+    while (int64_t(cw.row_src.size()) % quantum) cw.row_src.push_back(-1);  // pad the group to whole lines (words)
     cw.group_line[size_t(g + 1)] = int64_t(cw.row_src.size() / 8);
   }
   cw.lines = int64_t(cw.row_src.size() / 8);
@@ -79,23 +91,25 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   for (int64_t r = 0; r < int64_t(cw.row_src.size()); ++r)
     cw.identity_rows &= (r < K ? cw.row_src[size_t(r)] == r : cw.row_src[size_t(r)] == -1);
 
-  // Codes, tile-major. Fast path: rows not reordered, so each canonical word is a line's word.
-  cw.q.assign(size_t(cw.tiles * cw.lines * kTileN), 0);
+  // Codes, tile-major. Fast path: rows not reordered, so each canonical word is a line's word
+  // (4 bits), or the word of a pair of lines (2 bits).
+  cw.q.assign(size_t(cw.tiles * cw.tile_words()), 0);
+  const int64_t word_rows = cw.lines * 8 / per_word;  // rows of words per tile
   for (int64_t t = 0; t < cw.tiles; ++t) {
-    uint32_t* dst = cw.q.data() + t * cw.lines * kTileN;
+    uint32_t* dst = cw.q.data() + t * cw.tile_words();
     const int64_t c0 = t * kTileN, nc = std::min(kTileN, N - c0);
     if (cw.identity_rows) {
-      const int64_t k8 = (K + 7) / 8;
-      for (int64_t l = 0; l < std::min(cw.lines, k8); ++l)
+      const int64_t kw = (K + per_word - 1) / per_word;
+      for (int64_t l = 0; l < std::min(word_rows, kw); ++l)
         for (int64_t c = 0; c < nc; ++c) dst[l * kTileN + c] = reorder_word(w.qweight[l * N + c0 + c], order);
     } else {
       for (int64_t r = 0; r < cw.lines * 8; ++r) {
         const int32_t src = cw.row_src[size_t(r)];
         if (src < 0) continue;
-        const uint32_t* srow = w.qweight + (src / 8) * N + c0;
-        const int shift_in = 4 * (src % 8), shift_out = code_shift(order, int(r % 8));
-        uint32_t* drow = dst + (r / 8) * kTileN;
-        for (int64_t c = 0; c < nc; ++c) drow[c] |= ((srow[c] >> shift_in) & 0xfu) << shift_out;
+        const uint32_t* srow = w.qweight + (src / per_word) * N + c0;
+        const int shift_in = bits * int(src % per_word), shift_out = cw.row_shift(r / 8, int(r % 8));
+        uint32_t* drow = dst + cw.line_offset(r / 8);
+        for (int64_t c = 0; c < nc; ++c) drow[c] |= ((srow[c] >> shift_in) & field) << shift_out;
       }
     }
   }
@@ -105,7 +119,6 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   cw.scale_type = s.scale_dtype == NIBBLE_DTYPE_F16 ? ScaleType::kF16 : s.scale_dtype == NIBBLE_DTYPE_BF16 ? ScaleType::kBf16 : ScaleType::kF32;
   if (cw.scale_type == ScaleType::kF32) cw.scales.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
   else cw.scales16.assign(size_t(cw.tiles * ng * kTileN), 0);
-  const bool asym = s.weight_type == NIBBLE_WT_UINT4;
   if (asym) cw.zeros.assign(size_t(cw.tiles * ng * kTileN), 0.0f);
   for (int64_t g = 0; g < ng; ++g)
     for (int64_t c = 0; c < N; ++c) {
@@ -175,7 +188,6 @@ float CpuWeights::scale(int64_t t, int64_t g, int64_t c) const {
 }
 
 void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line1, float* dst) {
-  const uint32_t* q = w.tile_codes(t);
   const float* z = w.tile_zeros(t);
   int64_t g = 0;
   for (int64_t l = line0; l < line1; ++l) {
@@ -183,7 +195,7 @@ void dequantize_tile(const CpuWeights& w, int64_t t, int64_t line0, int64_t line
     for (int j = 0; j < 8; ++j) {
       float* row = dst + ((l - line0) * 8 + j) * kTileN;
       for (int64_t c = 0; c < kTileN; ++c)
-        row[c] = w.scale(t, g, c) * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : w.sym_zero));
+        row[c] = w.scale(t, g, c) * (float(w.code_at(t, l, c, j)) - (z ? z[g * kTileN + c] : w.sym_zero));
     }
   }
 }

@@ -48,8 +48,12 @@ constexpr int64_t kSegmentLines = 16;
 ///               of vdpbf16ps (kernel_avx512bf16.cpp)
 enum class CodeOrder { kRows, kBf16Pairs };
 
-/// Bit offset of row j's code within a word of order `o`.
+/// Bit offset of row j's code within a word of order `o` (4-bit codes).
 constexpr int code_shift(CodeOrder o, int j) { return o == CodeOrder::kRows ? 4 * j : 4 * (j / 2) + 16 * (j % 2); }
+
+/// Rows of a padded group are a multiple of this for codes of `bits` (4 or 2): whole lines of 8
+/// rows, and for 2-bit codes whole words of 16 rows (two lines).
+constexpr int64_t group_row_quantum(int bits) { return bits == 2 ? 16 : 8; }
 
 /// Prepared weights of one layer, laid out for the kernels.
 ///
@@ -63,6 +67,12 @@ constexpr int code_shift(CodeOrder o, int j) { return o == CodeOrder::kRows ? 4 
 /// at bit code_shift(order, j)). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
 /// multiple of 16 with zero codes and zero scales.
 ///
+/// 2-bit codes (code_bits = 2, the kRows order only): the codes of lines 2L and 2L + 1 share one
+/// 64-byte line of words, word c holding the 16 codes of rows 16L .. 16L+15 of column 16t + c,
+/// row 16L + i at bits 2i (the canonical 2-bit packing, so the layer's own bytes stream); groups
+/// are padded to 16 rows, so every segment starts at an even line. Rows, lines of x, segments and
+/// groups are as for 4-bit codes.
+///
 /// Segments. The fused kernels sum each group in runs of at most kSegmentLines lines (128 rows),
 /// each with its own zero-point correction, so that fp32 accumulation error does not grow with the
 /// group size (G = -1 is one group of K rows). `seg_line[s]` is the first line of segment s,
@@ -74,6 +84,7 @@ struct CpuWeights {
   int64_t tiles = 0, lines = 0;     ///< tiles = ceil(N/16); lines = padded rows / 8
   int32_t act_dtype = NIBBLE_DTYPE_F16;
   CodeOrder order = CodeOrder::kRows;
+  int code_bits = 4;                ///< 4, or 2 (native 2-bit codes: see Codes above)
   std::vector<int64_t> group_line;  ///< [groups + 1] first line of each group
   std::vector<int64_t> seg_line;    ///< [segments + 1] first line of each segment
   std::vector<int32_t> seg_group;   ///< [segments] group of each segment
@@ -92,7 +103,13 @@ struct CpuWeights {
   std::vector<float> row_mult;
 
   int64_t segments() const { return int64_t(seg_group.size()); }
-  const uint32_t* tile_codes(int64_t t) const { return q.data() + t * lines * kTileN; }
+  /// u32 words of codes per tile.
+  int64_t tile_words() const { return lines * code_bits / 4 * kTileN; }
+  const uint32_t* tile_codes(int64_t t) const { return q.data() + t * tile_words(); }
+  /// Offset in words, within a tile, of the 16 words that hold line l's codes.
+  int64_t line_offset(int64_t l) const { return (l * code_bits >> 2) * kTileN; }
+  /// Bit offset of row j (0..7) of line l within its word.
+  int row_shift(int64_t l, int j) const { return code_bits == 2 ? 2 * (8 * int(l & 1) + j) : code_shift(order, j); }
   /// The 16 scales of tile t in group g: f32, or 16-bit of scale_type.
   const void* group_scales(int64_t t, int64_t g) const {
     const int64_t o = (t * groups + g) * kTileN;
@@ -102,12 +119,15 @@ struct CpuWeights {
   float scale(int64_t t, int64_t g, int64_t c) const;
   /// Zero points of tile t, or nullptr where every zero point is kSymmetricZero.
   const float* tile_zeros(int64_t t) const { return zeros.empty() ? nullptr : zeros.data() + t * groups * kTileN; }
-  /// Code of row j (0..7) in word `word` of a line.
-  int code(uint32_t word, int j) const { return int((word >> code_shift(order, j)) & 0xfu); }
+  /// Code of row j (0..7) of line l, column c (0..15) of tile t.
+  int code_at(int64_t t, int64_t l, int64_t c, int j) const {
+    return int((tile_codes(t)[line_offset(l) + c] >> row_shift(l, j)) & ((1u << code_bits) - 1));
+  }
 };
 
-/// Builds CpuWeights from the canonical form (host memory). Throws std::invalid_argument with a
-/// message naming the tensor on inconsistent input.
+/// Builds CpuWeights from the canonical form (host memory) of a 4-bit layer, or of a 2-bit one in
+/// the kRows order (native 2-bit codes). Throws std::invalid_argument with a message naming the
+/// tensor on inconsistent input.
 CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w,
                                CodeOrder order = CodeOrder::kRows);
 

@@ -14,9 +14,11 @@
 // the same order: gather_x's tile layout (kernels.h XLayout).
 //
 // Weights in the kRows order (the f32 kernels' order, row j of a line at bits 4j) make the same B
-// rows with two more operations per pair: pair p is the byte at bits 8p, whose high nibble
-// (row 2p + 1) moves to bit 16 by a left shift of 12 and a bitwise select, so that one layout
-// serves the f32-order one-tile form at small M and this form above it (KernelForm "gemm-amx-rows").
+// rows with the same count of operations: one vpmultishiftqb (AVX-512 VBMI) per pair picks, for
+// each 32-bit lane, the byte at bit 8p (row 2p in its low nibble) into byte 0 and the byte at bit
+// 8p + 4 (row 2p + 1) into byte 2, where the select of the other order's shift puts them; so one
+// layout serves the f32-order one-tile form at small M and this form above it (KernelForm
+// "gemm-amx-rows"). Every CPU with AMX has VBMI; the form also checks it.
 //
 // Per call (tiles [t0, t1), segments [seg0, seg1)), with tiles configured once:
 //   for each column block (NB tiles) and K block (SB segments):
@@ -41,43 +43,18 @@
 #include <utility>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "kernels.h"
 #include "scales_avx512.h"
 
 namespace nibble::cpu::amx {
 
-/// The 64-byte operand of ldtilecfg (palette 1): bytes 16..31 the bytes per row of tmm0..7,
-/// bytes 48..55 their rows; every other byte must be 0.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved0[14] = {};
-  uint16_t colsb[8] = {};
-  uint16_t reserved1[8] = {};
-  uint8_t rows[8] = {};
-  uint8_t reserved2[8] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-/// Rows of a B tile: K pairs per step (32 K rows, 4 lines of codes).
-constexpr int kPairsPerStep = 16;
-constexpr int64_t kStepLines = 4;
 /// Bytes of B tiles one K block may use when several blocks of rows reuse them (L2).
 constexpr int64_t kBlockBytes = 128 << 10;
 /// Column block when several blocks of rows reuse it: the menu's preferred chunk (kernel_choice.cpp).
 constexpr int64_t kColumnBlock = 8;
 /// Lines the software prefetch of the codes runs ahead, per tile.
 constexpr int64_t kPrefetchLines = 64;
-
-/// C and A tiles of `rows` rows (x's rows of one block), B tiles of 16; all rows 64 bytes.
-inline TileConfig tile_config(int rows) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = uint8_t(t >= 6 ? kPairsPerStep : rows);
-  }
-  return c;
-}
 
 template <int N, class F>
 inline __attribute__((always_inline)) void unroll(F&& f) {
@@ -160,15 +137,26 @@ class Gemm {
   // lanes of bf16 (128 + q_2p, 128 + q_2p+1); rows past the segment's end 0 (their A is 0 too,
   // and 0 x 0 keeps out whatever the buffer held).
   void dequantize(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
-    if (w_.order == CodeOrder::kRows)
-      dequantize_order<CodeOrder::kRows>(t, ti, sg, sgi);
+    if (w_.code_bits == 2)
+      dequantize_order<CodeOrder::kRows, 2>(t, ti, sg, sgi);
+    else if (w_.order == CodeOrder::kRows)
+      dequantize_order<CodeOrder::kRows, 4>(t, ti, sg, sgi);
     else
-      dequantize_order<CodeOrder::kBf16Pairs>(t, ti, sg, sgi);
+      dequantize_order<CodeOrder::kBf16Pairs, 4>(t, ti, sg, sgi);
   }
-  template <CodeOrder O>
+  // 2-bit codes (B = 2, the kRows order): line l's rows are bits 16 (l mod 2) + 2j of its word
+  // (cpu_weights.h), so pair p is at 16 (l mod 2) + 4p and + 2, picked the same way and masked to
+  // 2 bits.
+  template <CodeOrder O, int B>
   void dequantize_order(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
-    const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
-    const __m512i low_nibble = _mm512_set1_epi32(0x0000000f);
+    const __m512i mask = _mm512_set1_epi32(B == 2 ? 0x00030003 : 0x000f000f), one = _mm512_set1_epi32(0x43004300);
+    __m512i pick[2][4];
+    for (int h = 0; h < 2; ++h)
+      for (int p = 0; p < 4; ++p) {
+        const int at = B == 2 ? 16 * h + 4 * p : 8 * p, next = B == 2 ? 2 : 4;
+        const uint64_t lo = uint64_t(at) | uint64_t(at + next) << 16;  // bytes 0 and 2 of a 32-bit lane
+        pick[h][p] = _mm512_set1_epi64(int64_t(lo | (lo + 0x00200020u) << 32));  // the odd column: 32 bits on
+      }
     const uint32_t* q = w_.tile_codes(t);
     const int64_t l0 = w_.seg_line[size_t(sg)], l1 = w_.seg_line[size_t(sg + 1)];
     for (int64_t j = 0; j < used_steps(sg); ++j) {
@@ -183,19 +171,22 @@ class Gemm {
         // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes. The
         // call's hint (FusedArgs::prefetch): a branch the predictor settles on at once, beside a
         // line's 4 stores.
-        const auto ahead = reinterpret_cast<const char*>(uintptr_t(q + (l + kPrefetchLines) * kTileN));
-        if (a_.prefetch == Prefetch::kNta) _mm_prefetch(ahead, _MM_HINT_NTA);
-        else if (a_.prefetch == Prefetch::kT0) _mm_prefetch(ahead, _MM_HINT_T0);
-        const __m512i codes = _mm512_load_si512(q + l * kTileN);
+        const auto ahead = reinterpret_cast<const char*>(uintptr_t(q + w_.line_offset(l) + kPrefetchLines * kTileN));
+        if (B == 4 || l % 2 == 0) {  // once per 64-byte line of codes
+          if (a_.prefetch == Prefetch::kNta) _mm_prefetch(ahead, _MM_HINT_NTA);
+          else if (a_.prefetch == Prefetch::kT0) _mm_prefetch(ahead, _MM_HINT_T0);
+        }
+        const __m512i codes = _mm512_load_si512(q + w_.line_offset(l));
+        const int h = B == 2 ? int(l & 1) : 0;
         unroll<4>([&](auto p) {
           __m512i moved;
           if constexpr (O == CodeOrder::kBf16Pairs) {
             moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);  // rows 2p, 2p + 1 at bits 0, 16
           } else {
-            const __m512i byte = p == 0 ? codes : _mm512_srli_epi32(codes, 8 * p);  // rows 2p, 2p + 1 at bits 0, 4
-            // low_nibble ? byte : byte << 12: row 2p at bit 0, row 2p + 1 at bit 16 (other bits
-            // are cleared by the mask below).
-            moved = _mm512_ternarylogic_epi32(byte, _mm512_slli_epi32(byte, 12), low_nibble, 0xe4);
+            // Byte b of a 64-bit lane takes the 8 bits from offset ctrl.byte[b] of that lane: per
+            // 32-bit lane at offset o (0, 32), bytes 0 and 2 from o + 8p and o + 8p + 4 (bytes 1
+            // and 3 are cleared by the mask below).
+            moved = _mm512_multishift_epi64_epi8(pick[h][p], codes);
           }
           _mm512_store_si512(rows + p * 16, _mm512_ternarylogic_epi32(moved, mask, one, 0xea));
         });

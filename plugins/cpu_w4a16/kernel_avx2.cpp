@@ -58,9 +58,32 @@ struct Avx2 : fused::F32Form {
   static V exact(const W& w, const V& z) { return {exact1<J>(w.lo, z.lo), exact1<J>(w.hi, z.hi)}; }
 };
 
+// 2-bit codes (cpu_weights.h): row R of the word (bits 2R) shifted into the window of
+// kernel_avx512.cpp's 2-bit form, 15 + 2 (R mod 4), or-ed into 16.0f, 4.0f, 1.0f or 0.25f.
+struct Avx2Bits2 : Avx2 {
+  static constexpr int kBits = 2;
+  template <int R>
+  static __m256 trick1(__m256i w) {
+    constexpr int window = 15 + 2 * (R % 4);
+    constexpr int one = R % 4 == 0 ? 0x41800000 : R % 4 == 1 ? 0x40800000 : R % 4 == 2 ? 0x3f800000 : 0x3e800000;
+    __m256i moved;
+    if constexpr (2 * R <= window) moved = _mm256_slli_epi32(w, window - 2 * R);
+    else moved = _mm256_srli_epi32(w, 2 * R - window);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(moved, _mm256_set1_epi32(0x3 << window)), _mm256_set1_epi32(one)));
+  }
+  template <int R>
+  static V trick(const W& w) { return {trick1<R>(w.lo), trick1<R>(w.hi)}; }
+  template <int R>
+  static __m256 exact1(__m256i w, __m256 z) {
+    return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w, 2 * R), _mm256_set1_epi32(0x3))), z);
+  }
+  template <int R>
+  static V exact(const W& w, const V& z) { return {exact1<R>(w.lo, z.lo), exact1<R>(w.hi, z.hi)}; }
+};
+
 }  // namespace
 
-void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2>(a, t0, t1); }
+void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2, Avx2Bits2>(a, t0, t1); }
 
 uint64_t read_stream_avx2(const void* p, size_t bytes) {
   const auto* b = static_cast<const uint8_t*>(p);

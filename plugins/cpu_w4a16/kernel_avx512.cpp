@@ -49,9 +49,29 @@ struct Avx512 : fused::F32Form {
   }
 };
 
+// 2-bit codes (cpu_weights.h): the same four rotations bring rows 4p .. 4p+3 of the word to bits
+// 15..22, each row R in a window of two bits, 15 + 2 (R mod 4), or-ed into 16.0f, 4.0f, 1.0f or
+// 0.25f, whose mantissa bit there is worth 1/16 in every case: t = a_R + q / 16 with a_R = 16, 4,
+// 1, 0.25 (trick_offset). The cancellation is at most 256:1, as for 4-bit codes.
+struct Avx512Bits2 : Avx512 {
+  static constexpr int kBits = 2;
+  template <int R>
+  static V trick(const W& w) {
+    constexpr int window = 15 + 2 * (R % 4);
+    constexpr int one = R % 4 == 0 ? 0x41800000 : R % 4 == 1 ? 0x40800000 : R % 4 == 2 ? 0x3f800000 : 0x3e800000;
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(w.rot[R / 4], _mm512_set1_epi32(0x3 << window), _mm512_set1_epi32(one), 0xea));
+  }
+  template <int R>
+  static V exact(const W& w, V z) {
+    const __m512i q = _mm512_and_si512(_mm512_srli_epi32(w.raw, 2 * R), _mm512_set1_epi32(0x3));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(q), z);
+  }
+};
+
 }  // namespace
 
-void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx512>(a, t0, t1); }
+void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx512, Avx512Bits2>(a, t0, t1); }
 
 uint64_t read_stream_avx512(const void* p, size_t bytes) {
   // Four independent 512-bit loads per iteration keep enough misses in flight.

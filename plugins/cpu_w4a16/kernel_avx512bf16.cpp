@@ -24,6 +24,7 @@ struct Avx512Bf16 {
   using V = __m512;
   using W = __m512i;
   static constexpr int kMaxRows = 8;
+  static constexpr int kBits = 4;   // the bf16-pairs order has 4-bit codes only
   static constexpr int kSteps = 4;  // one operand per pair of rows
   static constexpr int kParts = P;  // bf16 parts per x: 1 (bf16 x) or 2 (fp16 x = hi + lo)
   static constexpr int kXWords = 4 * P;
@@ -79,7 +80,7 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t 
                 const float* xs, float* y, int64_t ldy, int64_t pf) {
   const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
   const uint32_t* q = w.tile_codes(t);
-  const int64_t tile_words = w.lines * kTileN;
+  const int64_t tile_words = w.tile_words();
   for (int64_t sg = s0; sg < s1; ++sg) {
     const float* xa = xs + sg * 2 * rb;  // A, then X
     // The accumulators start at -A: the segment's end is then one multiply-add per accumulator.

@@ -56,6 +56,11 @@ const char* avx2_unavailable() {
              : "this CPU lacks AVX2, FMA or F16C";
 }
 const char* always_available() { return nullptr; }
+// The AMX form on the kRows order picks its bytes with vpmultishiftqb (kernel_amx_impl.h).
+const char* amx_rows_unavailable() {
+  if (const char* why = amx_unavailable()) return why;
+  return __builtin_cpu_supports("avx512vbmi") ? nullptr : "this CPU lacks AVX-512 VBMI (vpmultishiftqb)";
+}
 
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
@@ -68,8 +73,8 @@ const KernelForm kKernelForms[] = {
     {"gemm-avx512bf16", gemm_avx512bf16, CodeOrder::kBf16Pairs, true, kGemmRows, false, true, 4, 32, 2, 32,
      avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    // The AMX form on the f32 kernels' code order (kernel_amx_impl.h: two more operations per pair).
-    {"gemm-amx-rows", gemm_amx, CodeOrder::kRows, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
+    // The AMX form on the f32 kernels' code order (kernel_amx_impl.h: a byte pick per pair).
+    {"gemm-amx-rows", gemm_amx, CodeOrder::kRows, true, 16, true, true, 2, 8, 2, 0, amx_rows_unavailable},
     {"fused-avx2", fused_avx2, CodeOrder::kRows, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
     {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1,
      always_available},
@@ -203,6 +208,7 @@ KernelPlan make_plan(int32_t act_dtype) {
     if ((!f.bf16 || !f32) && !f.unavailable()) usable.push_back(&f);
   std::string note;
   std::vector<const KernelForm*> candidates = usable;
+  bool family_forced = false;
   const char* forced = std::getenv("NIBBLE_CPU_ISA");
   if (forced && *forced) {
     std::vector<const KernelForm*> family;
@@ -225,6 +231,7 @@ KernelPlan make_plan(int32_t act_dtype) {
       note = strf("; NIBBLE_CPU_ISA=%s not taken: %s", forced, why.c_str());
     else {
       candidates = family;
+      family_forced = true;
       note = strf("; NIBBLE_CPU_ISA=%s", forced);
     }
   }
@@ -240,6 +247,20 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(fused_portable, nullptr);
+  // On Intel CPUs with AMX the plan is of the rows order: there the bf16-pairs one-tile form is
+  // bound by its dot products while it streams (5.3 GB/s per thread on the AMX Xeon host, weights
+  // in L3), and fused-avx512 streams at the bandwidth (0.56-0.58x the time at M = 1); in cache,
+  // where the calibration runs, the two are within 1.2x, so the calibration cannot see it. The
+  // calibration still places gemm-amx-rows, which serves the rows order's larger M
+  // (docs/benchmarks.md, "Kernel choice on each CPU"). NIBBLE_CPU_ISA=amx gives the other order.
+  if (!family_forced && cpu_is_intel() &&
+      std::any_of(candidates.begin(), candidates.end(),
+                  [](const KernelForm* f) { return f->tiles && f->order == CodeOrder::kRows; })) {
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [](const KernelForm* f) { return f->order != CodeOrder::kRows; }),
+                     candidates.end());
+    note += "; the rows order on Intel with AMX";
+  }
   KernelPlan plan;
   const int64_t gemm_min = gemm_min_m_env();
   const auto one_tile_and_gemm = [&](const KernelForm* small, const KernelForm* gemm) {

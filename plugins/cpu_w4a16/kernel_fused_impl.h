@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include <xmmintrin.h>
@@ -34,6 +35,7 @@ namespace nibble::cpu::fused {
 // line (t = a_j + q / 16, kernels.h), an exact form for f32 activations, and one output chain per
 // row, since the f32 trick cancels 256:1 and needs its subtraction per segment (row_block).
 struct F32Form {
+  static constexpr int kBits = 4;  // the 2-bit traits set 2 (the kRows order's native 2-bit codes)
   static constexpr int kSteps = 8;
   static constexpr int kParts = 1;
   static constexpr int kXWords = x_words(XForm::kF32);
@@ -58,10 +60,14 @@ inline float as_float(const uint32_t* p) {
 // previous one into the same register and two issue per cycle, so about 8-12 chains in all keep
 // the units busy. Lines are taken two at a time so that a chain can also alternate between them
 // (the slot of step J, part P of line H of the pair is (H kSteps kParts + P kSteps + J) mod C).
+//
+// 2-bit codes (T::kBits == 2): one load of 16 words holds the codes of a pair of lines, row
+// 8H + J of the word for step J of line H of the pair.
 template <class T, int MB, bool kExact, int H, int J>
 inline __attribute__((always_inline)) void step(const typename T::W& code, const typename T::V& zv, const uint32_t* xl,
                                                 typename T::V* acc) {
-  const typename T::V t = kExact ? T::template exact<J>(code, zv) : T::template trick<J>(code);
+  constexpr int R = T::kBits == 2 ? 8 * H + J : J;  // the code's row within the word
+  const typename T::V t = kExact ? T::template exact<R>(code, zv) : T::template trick<R>(code);
   constexpr int C = T::chains(MB);
 #pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
@@ -78,6 +84,16 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
                                                 typename T::V* acc, std::integer_sequence<int, J...>) {
   const typename T::W code = T::load_codes(q);
   (step<T, MB, kExact, H, J>(code, zv, xl, acc), ...);
+}
+
+// A pair of lines of 2-bit codes: one load, then both lines' steps.
+template <class T, int MB, bool kExact, int... J>
+inline __attribute__((always_inline)) void line_pair(const uint32_t* q, const typename T::V& zv, const uint32_t* xl0,
+                                                     const uint32_t* xl1, typename T::V* acc,
+                                                     std::integer_sequence<int, J...>) {
+  const typename T::W code = T::load_codes(q);
+  (step<T, MB, kExact, 0, J>(code, zv, xl0, acc), ...);
+  (step<T, MB, kExact, 1, J>(code, zv, xl1, acc), ...);
 }
 
 // Lines the software prefetch runs ahead of the loads: 128 (8 KiB). Measured on the Zen 5 in its
@@ -126,8 +142,8 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
   }
   // The prefetch address walks this block's lines, then continues at `next`. Integers, not
   // pointers: it runs past the ends of arrays, which prefetching may but pointers may not.
-  const uintptr_t end = uintptr_t(q + w.seg_line[size_t(s1)] * kTileN);
-  uintptr_t pf = uintptr_t(q) + uintptr_t(w.seg_line[size_t(s0)] + kPrefetchLines) * kTileN * sizeof(uint32_t);
+  const uintptr_t end = uintptr_t(q + w.line_offset(w.seg_line[size_t(s1)]));
+  uintptr_t pf = uintptr_t(q) + uintptr_t(w.line_offset(w.seg_line[size_t(s0)]) + kPrefetchLines * kTileN) * sizeof(uint32_t);
   if (pf >= end) pf = uintptr_t(next) + (pf - end);
   for (int64_t sg = s0; sg < s1; ++sg) {
     const int64_t g = w.seg_group[size_t(sg)];
@@ -140,15 +156,29 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
       if (pf == end) pf = uintptr_t(next);
     };
     int64_t l = w.seg_line[size_t(sg)];
-    for (; l + 1 < l1; l += 2) {
-      advance();
-      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
-      advance();
-      line<T, MB, kExact, 1>(q + (l + 1) * kTileN, zv, xp + (l + 1) * rb * T::kXWords, acc, Steps{});
-    }
-    if (l < l1) {
-      advance();
-      line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
+    if constexpr (T::kBits == 2) {
+      // Segments start at even lines (groups padded to 16 rows: cpu_weights.h); one 64-byte line
+      // of codes per pair of lines.
+      for (; l + 1 < l1; l += 2) {
+        advance();
+        line_pair<T, MB, kExact>(q + (l >> 1) * kTileN, zv, xp + l * rb * T::kXWords,
+                                 xp + (l + 1) * rb * T::kXWords, acc, Steps{});
+      }
+      if (l < l1) {
+        advance();
+        line<T, MB, kExact, 0>(q + (l >> 1) * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
+      }
+    } else {
+      for (; l + 1 < l1; l += 2) {
+        advance();
+        line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
+        advance();
+        line<T, MB, kExact, 1>(q + (l + 1) * kTileN, zv, xp + (l + 1) * rb * T::kXWords, acc, Steps{});
+      }
+      if (l < l1) {
+        advance();
+        line<T, MB, kExact, 0>(q + l * kTileN, zv, xp + l * rb * T::kXWords, acc, Steps{});
+      }
     }
     const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
     if constexpr (CO > 1 && !kExact) {
@@ -220,9 +250,9 @@ void run_with(const FusedArgs& a, int64_t t0, int64_t t1) {
       // Read after this tile's block: the next tile's block, else the first tile's next block,
       // else (the slice done) the slice of the tile after the range, which a thread alone reads
       // next.
-      const uint32_t* next = t + 1 < t1    ? w.tile_codes(t + 1) + w.seg_line[size_t(s0)] * kTileN
-                             : s1 < segs ? w.tile_codes(t0) + w.seg_line[size_t(s1)] * kTileN
-                                         : w.tile_codes(t1) + w.seg_line[size_t(a.seg0)] * kTileN;
+      const uint32_t* next = t + 1 < t1    ? w.tile_codes(t + 1) + w.line_offset(w.seg_line[size_t(s0)])
+                             : s1 < segs ? w.tile_codes(t0) + w.line_offset(w.seg_line[size_t(s1)])
+                                         : w.tile_codes(t1) + w.line_offset(w.seg_line[size_t(a.seg0)]);
       for (int64_t b = 0; b * a.rb < a.m; ++b) {
         const int64_t mb = std::min(a.m - b * a.rb, a.rb);
         if constexpr (T::kHasExact) {
@@ -239,12 +269,22 @@ void run_with(const FusedArgs& a, int64_t t0, int64_t t1) {
 }
 
 template <class T>
-void run(const FusedArgs& a, int64_t t0, int64_t t1) {
+void run_hinted(const FusedArgs& a, int64_t t0, int64_t t1) {
   switch (a.prefetch) {
     case Prefetch::kNta: run_with<T, Prefetch::kNta>(a, t0, t1); break;
     case Prefetch::kT0: run_with<T, Prefetch::kT0>(a, t0, t1); break;
     case Prefetch::kNone: run_with<T, Prefetch::kNone>(a, t0, t1); break;
   }
+}
+
+// T for 4-bit codes, T2 (if not void) for 2-bit ones. A form without T2 is never given 2-bit
+// codes (the plugin checks: apply()).
+template <class T, class T2 = void>
+void run(const FusedArgs& a, int64_t t0, int64_t t1) {
+  if constexpr (!std::is_void_v<T2>) {
+    if (a.w->code_bits == 2) return run_hinted<T2>(a, t0, t1);
+  }
+  run_hinted<T>(a, t0, t1);
 }
 
 }  // namespace nibble::cpu::fused

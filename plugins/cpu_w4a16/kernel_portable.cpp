@@ -130,7 +130,7 @@ void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const 
       }
     double offset_sum = 0, sum = 0;  // A and X of kernels.h
     for (int j = 0; j < 8; ++j) {
-      offset_sum += double(trick_offset(f, j)) * lane[j];
+      offset_sum += double(trick_offset(f, j, w.code_bits)) * lane[j];
       sum += lane[j];
     }
     // Symmetric weights: the zero point's term folded into A (A + z / S X), so that the
@@ -210,7 +210,6 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
   const CpuWeights& w = *a.w;
   const int64_t ldy = a.ldy;
   for (int64_t t = t0; t < t1; ++t) {
-    const uint32_t* q = w.tile_codes(t);
     const float* z = w.tile_zeros(t);
     for (int64_t r = 0; r < a.m; ++r) {
       float out[kTileN] = {0}, acc[kTileN];
@@ -222,7 +221,7 @@ void fused_portable(const FusedArgs& a, int64_t t0, int64_t t1) {
           for (int j = 0; j < 8; ++j) {
             const float xv = x[l * a.rb * 8 + j];
             for (int64_t c = 0; c < kTileN; ++c)
-              acc[c] += xv * (float(w.code(q[l * kTileN + c], j)) - (z ? z[g * kTileN + c] : w.sym_zero));
+              acc[c] += xv * (float(w.code_at(t, l, c, j)) - (z ? z[g * kTileN + c] : w.sym_zero));
           }
         for (int64_t c = 0; c < kTileN; ++c) out[c] += w.scale(t, g, c) * acc[c];
       }

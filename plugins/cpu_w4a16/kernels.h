@@ -28,7 +28,14 @@ enum class XForm { kF32, kBf16, kBf16x2 };
 /// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, or 2 x 4 pairs.
 constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : 8; }
 constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
-constexpr float trick_offset(XForm f, int j) { return f != XForm::kF32 ? 128.0f : j % 2 ? 1.0f : 16.0f; }
+/// a_j of row j (0..7) of a line. 2-bit codes (kF32 only) sit in four windows of a rotated word,
+/// each worth 1/16 per step of the code: bits 15..16 of 16.0f, 17..18 of 4.0f, 19..20 of 1.0f and
+/// 21..22 of 0.25f (kernel_avx512.cpp), so a_j = 16, 4, 1, 0.25 by j mod 4.
+constexpr float trick_offset(XForm f, int j, int bits = 4) {
+  if (f != XForm::kF32) return 128.0f;
+  if (bits == 2) return j % 4 == 0 ? 16.0f : j % 4 == 1 ? 4.0f : j % 4 == 2 ? 1.0f : 0.25f;
+  return j % 2 ? 1.0f : 16.0f;
+}
 
 /// Where gather_x puts x for a kernel form, and in which form.
 ///   lines  (tile_steps == 0) 32-bit [blocks][lines][rb][x_words]: the values one line of the

@@ -97,7 +97,7 @@ std::string place_codes(const CpuWeights& w, const std::vector<int64_t>& node_ti
   const size_t bytes = w.q.size() * sizeof(uint32_t);
   // The allocation's pages: 2 MiB ones from 2 MiB on (stream_alloc), else 4 KiB.
   const uintptr_t page = bytes >= (size_t(2) << 20) ? uintptr_t(2) << 20 : 4096;
-  const auto tile_at = [&](int64_t t) { return base + uintptr_t(t * w.lines * kTileN) * sizeof(uint32_t); };
+  const auto tile_at = [&](int64_t t) { return base + uintptr_t(t * w.tile_words()) * sizeof(uint32_t); };
   for (size_t j = 0; j < nodes.size(); ++j) {
     const uintptr_t lo = (tile_at(node_tiles[j]) + page - 1) / page * page;
     const uintptr_t hi = j + 1 == nodes.size() ? (base + bytes) / page * page

@@ -38,8 +38,9 @@ using plugin::guarded;
 nibble_capabilities make_caps() {
   nibble_capabilities c{};
   c.formats = NIBBLE_FORMATS_ALL;
-  // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit), 2 and 3 bits as
-  // nibble planes (plugins/common/nibble_planes.h).
+  // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit); 2 bits as native
+  // 2-bit codes where the plan is of the rows order (cpu_weights.h), else, and 3 bits, as nibble
+  // planes (plugins/common/nibble_planes.h).
   for (int32_t t : {NIBBLE_WT_UINT4, NIBBLE_WT_UINT4B8, NIBBLE_WT_UINT8, NIBBLE_WT_UINT8B128, NIBBLE_WT_UINT2,
                     NIBBLE_WT_UINT2B2, NIBBLE_WT_UINT3, NIBBLE_WT_UINT3B4})
     c.weight_types |= NIBBLE_WT_BIT(t);
@@ -80,6 +81,7 @@ struct Prepared {
   int64_t tile_steps = 0;  // the AMX form's K steps per segment (amx_tile_steps), if the plan has it
   std::vector<int64_t> node_tiles;  // NUMA: each node's tiles (numa_placement.h); empty on one node
   std::unique_ptr<OnednnPath> onednn;
+  const char* codes = "";  // how a width other than 4 bits is laid out, for describe_kernel
 };
 
 // From this M on, the oneDNN path runs (kBf16OnednnMinM or never); NIBBLE_CPU_PATH=fused or =onednn
@@ -184,7 +186,12 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       p->plan = &kernel_plan(s->act_dtype);
       if (s->bits == 8) {
         p->w = prepare_cpu_weights_8bit(*s, *w, p->plan->order);  // nibble rows: the layer's own bytes
+        p->codes = " (8-bit codes as nibble rows)";
+      } else if (s->bits == 2 && p->plan->order == CodeOrder::kRows) {
+        p->w = prepare_cpu_weights(*s, *w, p->plan->order);  // native 2-bit codes: every rows-order form reads them
+        p->codes = " (2-bit codes)";
       } else if (plugin::needs_nibble_planes(*s)) {
+        p->codes = s->bits == 2 ? " (2-bit codes as nibble planes)" : " (3-bit codes as nibble planes)";
         const plugin::NibblePlanes planes = plugin::make_nibble_planes(*s, *w);
         p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->plan->order);
         read_x_through(p->w, planes.x_rows, planes.real_k);
@@ -342,6 +349,9 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     Scratch& sc = t_scratch;
     ThreadTeam& team = ThreadTeam::process();
     const KernelForm& form = p.plan->at(m);
+    if (form.order != w.order)
+      return fail(NIBBLE_ERR_INTERNAL, msg, cap, "layer prepared in the %s order, but kernel %s reads the other",
+                  w.order == CodeOrder::kRows ? "rows" : "bf16-pairs", form.name);
     const XLayout l = form.layout(p.spec.act_dtype, m, p.tile_steps);
     const int64_t ldy = fused_y_stride(w), blocks = (m + l.rb - 1) / l.rb;
     const int want = num_threads();
@@ -501,8 +511,8 @@ void dense_release(nibble_dense* h) { delete reinterpret_cast<Dense*>(h); }
 int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t cap) {
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
-  if (runs_onednn(p, m)) return fail(NIBBLE_OK, msg, cap, "%s", p.onednn->name());
-  return fail(NIBBLE_OK, msg, cap, "%s", p.plan->at(m).name);
+  if (runs_onednn(p, m)) return fail(NIBBLE_OK, msg, cap, "%s%s", p.onednn->name(), p.codes);
+  return fail(NIBBLE_OK, msg, cap, "%s%s", p.plan->at(m).name, p.codes);
 }
 
 // Read bandwidth: every thread streams its share of a buffer with 512-bit (or 256-bit) loads.

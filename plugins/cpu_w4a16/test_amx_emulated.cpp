@@ -1,6 +1,6 @@
 // The AMX form's kernel logic (kernel_amx_impl.h) on the scalar tile emulation (amx_emulation.h),
 // so that its tile configuration, the VNNI pair layout of the B tiles it makes from the codes, the
-// A tiles of gather_x's tile layout and the segment ends are tested on any CPU with AVX-512 (the
+// A tiles of gather_x's tile layout and the segment ends are tested on any CPU with AVX-512 and VBMI (the
 // part of the kernel that is not tiles); the hardware form is tested by the conformance variant
 // gemm_amx where the CPU has AMX. Every layout against the core's reference kernel: bf16 and fp16
 // activations, symmetric and asymmetric weights, every group size, act order, odd sizes, M across
@@ -24,8 +24,9 @@ using cpu::amx::TileConfig;
 
 std::string nibble::test::skip_reason() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return avx512 ? "" : "this CPU lacks AVX-512 F/BW/VL/DQ, which the AMX form's non-tile code uses";
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vbmi");
+  return avx512 ? "" : "this CPU lacks AVX-512 F/BW/VL/DQ/VBMI, which the AMX form's non-tile code uses";
 }
 
 namespace {
@@ -59,10 +60,10 @@ Tensor amx_emulated(const CanonicalLinear& w, const Tensor& x, const Run& run, i
     cpu::FusedArgs a{&cw, xp.data(), xs.data(), m,          l.rb,           y.data() + int64_t(sl) * m * ldy,
                      ldy, false,     l.form,    bounds[sl], bounds[sl + 1], steps};
     if (run.tile_split > 0 && run.tile_split < cw.tiles) {
-      cpu::amx::gemm<EmuTiles>(a, 0, run.tile_split);
-      cpu::amx::gemm<EmuTiles>(a, run.tile_split, cw.tiles);
+      cpu::amx::gemm_emulated(a, 0, run.tile_split);
+      cpu::amx::gemm_emulated(a, run.tile_split, cw.tiles);
     } else {
-      cpu::amx::gemm<EmuTiles>(a, 0, cw.tiles);
+      cpu::amx::gemm_emulated(a, 0, cw.tiles);
     }
   }
   *dps = EmuTiles::state().dpbf16ps - before;
@@ -117,14 +118,14 @@ TEST_CASE("the tile emulation: tdpbf16ps on known pairs, and the checks where th
   CHECK_THROWS_AS(EmuTiles::config(bad), std::logic_error);
 }
 
-TEST_CASE("the AMX form on emulated tiles matches the reference: both code orders, every layout, M, tile range and K slice") {
+TEST_CASE("the AMX form on emulated tiles matches the reference: both code orders, 4- and 2-bit codes, every layout, M, tile range and K slice") {
   struct Shape {
     int64_t k, n;
   };
   int cases = 0;
   double worst = 0;
   for (DType dt : {DType::bf16, DType::f16})
-    for (WeightType wt : {WeightType::uint4b8, WeightType::uint4})
+    for (WeightType wt : {WeightType::uint4b8, WeightType::uint4, WeightType::uint2b2, WeightType::uint2})
       for (int g : {32, 64, 128, -1})
         for (bool ao : {false, true})
           for (Shape sh : {Shape{512, 192}, Shape{320, 200}, Shape{264, 72}, Shape{130, 40}}) {
@@ -139,6 +140,8 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: both code order
             s.act_dtype = dt;
             s.scale_dtype = dt;
             s.act_order = ao;
+            const bool two = wt == WeightType::uint2b2 || wt == WeightType::uint2;
+            s.bits = two ? 2 : 4;
             const CanonicalLinear w = random_canonical(s, uint64_t(cases) * 7919 + 1);
             for (int64_t m : {1, 3, 16, 17, 33, 40}) {
               const Tensor x = random_activations(m, sh.k, dt, uint64_t(cases) + 5);
@@ -146,7 +149,9 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: both code order
               for (cpu::CodeOrder order : {cpu::CodeOrder::kBf16Pairs, cpu::CodeOrder::kRows}) {
                 // An odd cut (single-tile tails); the rows order on the M where fp16 x is split
                 // in K slices and where it is not.
-                if (order == cpu::CodeOrder::kRows && m != 3 && m != 17) continue;
+                // 2-bit codes: the rows order only (cpu_weights.h), at one and several blocks of rows.
+                if (order == cpu::CodeOrder::kRows && m != 3 && m != 17 && !(two && (m == 1 || m == 40))) continue;
+                if (two && order != cpu::CodeOrder::kRows) continue;
                 const Run run{(tiles / 2) | 1, m % 2 ? 2 : 1, false, order};
                 int64_t dps = 0;
                 const Comparison c = check(w, x, run, &dps);
@@ -160,7 +165,7 @@ TEST_CASE("the AMX form on emulated tiles matches the reference: both code order
             }
           }
   fmt::print("amx emulated: {} cases, largest error {:.3f} of the tolerance\n", cases, worst);
-  CHECK(cases == 2 * 2 * (4 * 4 + 3 * 4) * (6 + 2));
+  CHECK(cases == 2 * (4 * 4 + 3 * 4) * (2 * (6 + 2) + 2 * 4));
 }
 
 TEST_CASE("the comparison catches a wrong x layout (the test can fail)") {

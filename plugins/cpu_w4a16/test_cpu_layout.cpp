@@ -46,7 +46,7 @@ std::string mismatch(const CanonicalLinear& w, const CpuWeights& cw) {
           for (int p = 0; p < 4; ++p) {
             const uint32_t pair = ((word >> (4 * p)) & 0x000f000fu) | 0x43004300u;
             const float lo = bf16_to_float(uint16_t(pair)), hi = bf16_to_float(uint16_t(pair >> 16));
-            if (lo != 128.0f + float(cw.code(word, 2 * p)) || hi != 128.0f + float(cw.code(word, 2 * p + 1)))
+            if (lo != 128.0f + float(cw.code_at(t, r / 8, c, 2 * p)) || hi != 128.0f + float(cw.code_at(t, r / 8, c, 2 * p + 1)))
               return fmt::format("bf16 pair {} of line {} column {}", p, r / 8, t * cpu::kTileN + c);
           }
         }
@@ -59,26 +59,43 @@ std::string mismatch(const CanonicalLinear& w, const CpuWeights& cw) {
 
 }  // namespace
 
-TEST_CASE("cpu_w4a16 layout: both code orders, every scale type, act order, asymmetric, odd sizes") {
+TEST_CASE("cpu_w4a16 layout: both code orders, 4- and 2-bit codes, every scale type, act order, asymmetric, odd sizes") {
   struct Shape { int64_t k, n; int32_t g; };
-  int checked = 0;
-  for (const Shape sh : {Shape{200, 37, 32}, Shape{256, 48, -1}, Shape{96, 16, 64}, Shape{4100, 24, 128}})
+  int checked = 0, refused = 0;
+  for (const Shape sh : {Shape{200, 37, 32}, Shape{256, 48, -1}, Shape{96, 16, 64}, Shape{4100, 24, 128}, Shape{72, 20, 24}})
     for (const bool act_order : {false, true})
-      for (const WeightType wt : {WeightType::uint4b8, WeightType::uint4})
+      for (const WeightType wt : {WeightType::uint4b8, WeightType::uint4, WeightType::uint2b2, WeightType::uint2})
         for (const DType sd : {DType::f16, DType::bf16, DType::f32})
           for (const CodeOrder order : {CodeOrder::kRows, CodeOrder::kBf16Pairs}) {
             if (act_order && sh.g <= 0) continue;
+            const bool two = wt == WeightType::uint2b2 || wt == WeightType::uint2;
             LinearSpec s;
             s.name = "layout"; s.k = sh.k; s.n = sh.n; s.group_size = sh.g; s.weight_type = wt;
             s.act_dtype = DType::bf16; s.scale_dtype = sd; s.act_order = act_order;
+            s.bits = two ? 2 : 4;
             const CanonicalLinear w = random_canonical(s, uint64_t(sh.k * 31 + sh.n + checked));
             const nibble_linear_spec as = w.spec.to_abi();
+            if (two && order == CodeOrder::kBf16Pairs) {  // 2-bit codes: the rows order only
+              CHECK_THROWS_WITH(cpu::prepare_cpu_weights(as, w.to_abi(), order), doctest::Contains("rows order only"));
+              ++refused;
+              continue;
+            }
             const CpuWeights cw = cpu::prepare_cpu_weights(as, w.to_abi(), order);
-            CHECK((cw.tile_zeros(0) == nullptr) == (wt == WeightType::uint4b8));  // symmetric: no zero stream
+            const bool sym = wt == WeightType::uint4b8 || wt == WeightType::uint2b2;
+            CHECK((cw.tile_zeros(0) == nullptr) == sym);  // symmetric: no zero stream
+            CHECK(cw.code_bits == s.bits);
+            if (two) {  // the layer's own bytes: a 64-byte line of codes per 16 rows (groups padded to 16)
+              for (size_t g = 0; g + 1 < cw.group_line.size(); ++g) CHECK(cw.group_line[g] % 2 == 0);
+              CHECK(cw.q.size() == size_t(cw.tiles * cw.lines / 2 * cpu::kTileN));
+              if (sym) CHECK(cw.sym_zero == 2.0f);
+            }
             CHECK_MESSAGE(mismatch(w, cw) == "", fmt::format("K={} N={} G={} act_order={} {} scales {} order {}", sh.k,
-                                                             sh.n, sh.g, act_order, wt == WeightType::uint4 ? "uint4" : "uint4b8",
+                                                             sh.n, sh.g, act_order, weight_type_name(wt),
                                                              dtype_name(sd), order == CodeOrder::kRows ? "rows" : "bf16 pairs"));
             ++checked;
           }
-  CHECK(checked == 4 * 2 * 2 * 3 * 2 - 2 * 3 * 2);
+  // 5 shapes (one without groups: no act order), 4 weight types, 3 scale types, 2 orders; the
+  // 2-bit ones in the bf16-pairs order refused.
+  CHECK(checked + refused == (5 * 2 - 1) * 4 * 3 * 2);
+  CHECK(refused == (5 * 2 - 1) * 2 * 3);
 }
