@@ -26,25 +26,13 @@ void* stream_alloc(std::size_t bytes) {
 
 void stream_free(void* p, std::size_t bytes) noexcept { ::operator delete(p, stream_alignment(bytes)); }
 
-namespace {
-// A canonical word (row j at bits 4j) in order `o`.
-uint32_t reorder_word(uint32_t word, CodeOrder o) {
-  if (o == CodeOrder::kRows) return word;
-  uint32_t out = 0;
-  for (int j = 0; j < 8; ++j) out |= ((word >> (4 * j)) & 0xfu) << code_shift(o, j);
-  return out;
-}
-}  // namespace
-
-CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w, CodeOrder order) {
+CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
   if (!w.qweight || !w.scales) throw std::invalid_argument("tensor 'qweight' or 'scales' is missing");
   const int bits = s.bits;
   if (bits != 4 && bits != 2)
     throw std::invalid_argument("prepare_cpu_weights: expected 4- or 2-bit codes, found " + std::to_string(bits));
   if (nibble_weight_type_bits(s.weight_type) != bits)
     throw std::invalid_argument("prepare_cpu_weights: the weight type does not have " + std::to_string(bits) + " bits");
-  if (bits == 2 && order != CodeOrder::kRows)
-    throw std::invalid_argument("prepare_cpu_weights: 2-bit codes are laid out in the rows order only");
   const bool asym = !nibble_weight_type_symmetric(s.weight_type);
   if (asym && !w.zeros) throw std::invalid_argument("tensor 'zeros' is missing for a layer with zero points");
   if (s.act_order && !w.g_idx) throw std::invalid_argument("tensor 'g_idx' is missing for an act-order layer");
@@ -58,7 +46,6 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   cw.n = N;
   cw.groups = ng;
   cw.act_dtype = s.act_dtype;
-  cw.order = order;
   cw.code_bits = bits;
   if (!asym) cw.sym_zero = float(1 << (bits - 1));
   cw.tiles = (N + kTileN - 1) / kTileN;
@@ -101,7 +88,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
     if (cw.identity_rows) {
       const int64_t kw = (K + per_word - 1) / per_word;
       for (int64_t l = 0; l < std::min(word_rows, kw); ++l)
-        for (int64_t c = 0; c < nc; ++c) dst[l * kTileN + c] = reorder_word(w.qweight[l * N + c0 + c], order);
+        for (int64_t c = 0; c < nc; ++c) dst[l * kTileN + c] = w.qweight[l * N + c0 + c];
     } else {
       for (int64_t r = 0; r < cw.lines * 8; ++r) {
         const int32_t src = cw.row_src[size_t(r)];
@@ -134,7 +121,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& s, const nibble_canonic
   return cw;
 }
 
-CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& s, const nibble_canonical_weights& w, CodeOrder order) {
+CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& s, const nibble_canonical_weights& w) {
   if (s.bits != 8) throw std::invalid_argument("prepare_cpu_weights_8bit: not an 8-bit layer");
   const bool sym = s.weight_type == NIBBLE_WT_UINT8B128;
   nibble_linear_spec v = s;
@@ -153,7 +140,7 @@ CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& s, const nibble_ca
   }
   if (nibble_spec_num_groups(&v) != nibble_spec_num_groups(&s))
     throw std::invalid_argument("prepare_cpu_weights_8bit: the nibble rows would change the group count");
-  CpuWeights cw = prepare_cpu_weights(v, vw, order);
+  CpuWeights cw = prepare_cpu_weights(v, vw);
   for (float& z : cw.zeros) z /= 17.0f;
   cw.sym_zero = 128.0f / 17.0f;
   // Groups hold whole pairs (2 rows per code) padded to 8 rows, so a padded row's parity is its

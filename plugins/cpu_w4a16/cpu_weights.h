@@ -40,16 +40,12 @@ constexpr int64_t kTileN = 16;
 /// Longest run of lines the fused kernels sum before applying the group's correction.
 constexpr int64_t kSegmentLines = 16;
 
-/// Where the 8 codes of a line's word sit: the order the kernel that will read them wants.
-///   kRows       row j of the line in bits 4j .. 4j+3 (the canonical order; the f32 kernels
-///               rotate a pair of rows into the mantissa windows of kernels.h)
-///   kBf16Pairs  row 2p in bits 4p .. 4p+3 and row 2p+1 in bits 16+4p .. 19+4p (p = 0..3): one
-///               shift and one vpternlogd turn pair p into two bf16 numbers 128 + q, the operand
-///               of vdpbf16ps (kernel_avx512bf16.cpp)
-enum class CodeOrder { kRows, kBf16Pairs };
-
-/// Bit offset of row j's code within a word of order `o` (4-bit codes).
-constexpr int code_shift(CodeOrder o, int j) { return o == CodeOrder::kRows ? 4 * j : 4 * (j / 2) + 16 * (j % 2); }
+/// The pair of rows of a line that a bf16 kernel multiplies as one bf16 pair (vdpbf16ps, the AMX
+/// form's B rows): rows p and p + 4 (p = 0..3). In a word of 4-bit codes (row j at bits 4j) they
+/// sit at bits 4p and 16 + 4p, so one shift and one vpternlogd turn pair p of all 16 columns into
+/// two bf16 numbers 128 + q per lane; gather_x pairs x the same way (kernels.h). So every kernel,
+/// f32 or bf16, reads the canonical order of the codes.
+constexpr int kPairStride = 4;
 
 /// Rows of a padded group are a multiple of this for codes of `bits` (4 or 2): whole lines of 8
 /// rows, and for 2-bit codes whole words of 16 rows (two lines).
@@ -64,10 +60,10 @@ constexpr int64_t group_row_quantum(int bits) { return bits == 2 ? 16 : 8; }
 ///
 /// Codes. Tile-major: tile t (columns 16t .. 16t+15) is `lines` consecutive 64-byte lines, line l
 /// holding 16 u32 words, word c = the 8 codes of rows 8l .. 8l+7 of column 16t + c (row 8l + j
-/// at bit code_shift(order, j)). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
+/// at bits 4j, the canonical packing). A tile is one contiguous stream, which hardware prefetchers follow. N is padded to a
 /// multiple of 16 with zero codes and zero scales.
 ///
-/// 2-bit codes (code_bits = 2, the kRows order only): the codes of lines 2L and 2L + 1 share one
+/// 2-bit codes (code_bits = 2): the codes of lines 2L and 2L + 1 share one
 /// 64-byte line of words, word c holding the 16 codes of rows 16L .. 16L+15 of column 16t + c,
 /// row 16L + i at bits 2i (the canonical 2-bit packing, so the layer's own bytes stream); groups
 /// are padded to 16 rows, so every segment starts at an even line. Rows, lines of x, segments and
@@ -83,7 +79,6 @@ struct CpuWeights {
   int64_t k = 0, n = 0, groups = 0;
   int64_t tiles = 0, lines = 0;     ///< tiles = ceil(N/16); lines = padded rows / 8
   int32_t act_dtype = NIBBLE_DTYPE_F16;
-  CodeOrder order = CodeOrder::kRows;
   int code_bits = 4;                ///< 4, or 2 (native 2-bit codes: see Codes above)
   std::vector<int64_t> group_line;  ///< [groups + 1] first line of each group
   std::vector<int64_t> seg_line;    ///< [segments + 1] first line of each segment
@@ -109,7 +104,7 @@ struct CpuWeights {
   /// Offset in words, within a tile, of the 16 words that hold line l's codes.
   int64_t line_offset(int64_t l) const { return (l * code_bits >> 2) * kTileN; }
   /// Bit offset of row j (0..7) of line l within its word.
-  int row_shift(int64_t l, int j) const { return code_bits == 2 ? 2 * (8 * int(l & 1) + j) : code_shift(order, j); }
+  int row_shift(int64_t l, int j) const { return code_bits == 2 ? 2 * (8 * int(l & 1) + j) : 4 * j; }
   /// The 16 scales of tile t in group g: f32, or 16-bit of scale_type.
   const void* group_scales(int64_t t, int64_t g) const {
     const int64_t o = (t * groups + g) * kTileN;
@@ -125,11 +120,10 @@ struct CpuWeights {
   }
 };
 
-/// Builds CpuWeights from the canonical form (host memory) of a 4-bit layer, or of a 2-bit one in
-/// the kRows order (native 2-bit codes). Throws std::invalid_argument with a message naming the
-/// tensor on inconsistent input.
-CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w,
-                               CodeOrder order = CodeOrder::kRows);
+/// Builds CpuWeights from the canonical form (host memory) of a 4-bit layer, or of a 2-bit one
+/// (native 2-bit codes). Throws std::invalid_argument with a message naming the tensor on
+/// inconsistent input.
+CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_canonical_weights& w);
 
 /// An 8-bit layer as nibble rows of the 4-bit layout: the canonical 8-bit words are read as 4-bit
 /// words of 2K rows, row 2k the low nibble of code k and row 2k + 1 the high one. With x doubled
@@ -138,7 +132,7 @@ CpuWeights prepare_cpu_weights(const nibble_linear_spec& spec, const nibble_cano
 /// so each group keeps its one scale and, for uint8b128, its zero point stays a constant
 /// (sym_zero = 128 / 17): the kernels stream the layer's own bytes and nothing more. Throws
 /// std::invalid_argument naming the tensor on inconsistent input.
-CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& spec, const nibble_canonical_weights& w, CodeOrder order);
+CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& spec, const nibble_canonical_weights& w);
 
 /// Makes `w`, prepared from a layer's nibble planes (plugins/common/nibble_planes.h), read the real
 /// layer's x: row_src maps padded rows to real rows through `x_rows` (virtual row -> real row,

@@ -7,18 +7,16 @@
 //   C[m][n] += sum over k < 16 of A[m].bf16[2k] B[k].bf16[2n] + A[m].bf16[2k+1] B[k].bf16[2n+1]
 // (Intel SDM: two f32 partial sums per element, even and odd pairs, then added to C; input
 // denormals read as zero, output denormals flushed, round to nearest). So one B row is one pair
-// of K rows for 16 columns, each 32-bit lane a bf16 pair (even row low, odd row high): exactly
-// what one shift and one vpternlogd make from a line of codes in the kBf16Pairs order
-// (cpu_weights.h): pair p of line i, 16 lanes of 128 + q, is row 4i + p of the B tile of the K
-// step (32 rows = 4 lines). And one A row is x's row m over those 32 K rows, the bf16 pairs in
-// the same order: gather_x's tile layout (kernels.h XLayout).
+// of K rows for 16 columns, each 32-bit lane a bf16 pair (low half, high half): exactly what one
+// shift and one vpternlogd make from a line of codes (cpu_weights.h: pair p of a line is rows p
+// and p + 4, at bits 4p and 16 + 4p): pair p of line i, 16 lanes of 128 + q, is row 4i + p of the
+// B tile of the K step (32 rows = 4 lines). And one A row is x's row m over those 32 K rows, the
+// bf16 pairs in the same order: gather_x's tile layout (kernels.h XLayout).
 //
-// Weights in the kRows order (the f32 kernels' order, row j of a line at bits 4j) make the same B
-// rows with the same count of operations: one vpmultishiftqb (AVX-512 VBMI) per pair picks, for
-// each 32-bit lane, the byte at bit 8p (row 2p in its low nibble) into byte 0 and the byte at bit
-// 8p + 4 (row 2p + 1) into byte 2, where the select of the other order's shift puts them; so one
-// layout serves the f32-order one-tile form at small M and this form above it (KernelForm
-// "gemm-amx-rows"). Every CPU with AMX has VBMI; the form also checks it.
+// 2-bit codes (cpu_weights.h: row j of line l at bit 16 (l mod 2) + 2j of its word) put pair p at
+// 16 (l mod 2) + 2p and 8 bits above: one vpmultishiftqb (AVX-512 VBMI, which every CPU with AMX
+// has; amx_unavailable checks it) per pair picks, for each 32-bit lane, the bytes at those
+// offsets into bytes 0 and 2, then the same vpternlogd masks them to 2 bits.
 //
 // Per call (tiles [t0, t1), segments [seg0, seg1)), with tiles configured once:
 //   for each column block (NB tiles) and K block (SB segments):
@@ -134,27 +132,22 @@ class Gemm {
   }
 
   // The B tiles of segment sg of tile t: row 4i + p of step j = pair p of line 4j + i as 16
-  // lanes of bf16 (128 + q_2p, 128 + q_2p+1); rows past the segment's end 0 (their A is 0 too,
+  // lanes of bf16 (128 + q_p, 128 + q_p+4); rows past the segment's end 0 (their A is 0 too,
   // and 0 x 0 keeps out whatever the buffer held).
   void dequantize(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
     if (w_.code_bits == 2)
-      dequantize_order<CodeOrder::kRows, 2>(t, ti, sg, sgi);
-    else if (w_.order == CodeOrder::kRows)
-      dequantize_order<CodeOrder::kRows, 4>(t, ti, sg, sgi);
+      dequantize_bits<2>(t, ti, sg, sgi);
     else
-      dequantize_order<CodeOrder::kBf16Pairs, 4>(t, ti, sg, sgi);
+      dequantize_bits<4>(t, ti, sg, sgi);
   }
-  // 2-bit codes (B = 2, the kRows order): line l's rows are bits 16 (l mod 2) + 2j of its word
-  // (cpu_weights.h), so pair p is at 16 (l mod 2) + 4p and + 2, picked the same way and masked to
-  // 2 bits.
-  template <CodeOrder O, int B>
-  void dequantize_order(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
+  template <int B>
+  void dequantize_bits(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
     const __m512i mask = _mm512_set1_epi32(B == 2 ? 0x00030003 : 0x000f000f), one = _mm512_set1_epi32(0x43004300);
+    // 2-bit codes: the byte picks of pair p for the even (h = 0) and odd (h = 1) line of a word.
     __m512i pick[2][4];
     for (int h = 0; h < 2; ++h)
       for (int p = 0; p < 4; ++p) {
-        const int at = B == 2 ? 16 * h + 4 * p : 8 * p, next = B == 2 ? 2 : 4;
-        const uint64_t lo = uint64_t(at) | uint64_t(at + next) << 16;  // bytes 0 and 2 of a 32-bit lane
+        const uint64_t lo = uint64_t(16 * h + 2 * p) | uint64_t(16 * h + 2 * p + 8) << 16;  // bytes 0 and 2 of a lane
         pick[h][p] = _mm512_set1_epi64(int64_t(lo | (lo + 0x00200020u) << 32));  // the odd column: 32 bits on
       }
     const uint32_t* q = w_.tile_codes(t);
@@ -180,12 +173,11 @@ class Gemm {
         const int h = B == 2 ? int(l & 1) : 0;
         unroll<4>([&](auto p) {
           __m512i moved;
-          if constexpr (O == CodeOrder::kBf16Pairs) {
-            moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);  // rows 2p, 2p + 1 at bits 0, 16
+          if constexpr (B == 4) {
+            moved = p == 0 ? codes : _mm512_srli_epi32(codes, 4 * p);  // rows p, p + 4 at bits 0, 16
           } else {
-            // Byte b of a 64-bit lane takes the 8 bits from offset ctrl.byte[b] of that lane: per
-            // 32-bit lane at offset o (0, 32), bytes 0 and 2 from o + 8p and o + 8p + 4 (bytes 1
-            // and 3 are cleared by the mask below).
+            // Byte b of a 64-bit lane takes the 8 bits from offset pick.byte[b] of that lane
+            // (bytes 1 and 3 are cleared by the mask below).
             moved = _mm512_multishift_epi64_epi8(pick[h][p], codes);
           }
           _mm512_store_si512(rows + p * 16, _mm512_ternarylogic_epi32(moved, mask, one, 0xea));

@@ -1,6 +1,6 @@
-// The fused kernel with AVX-512 BF16: codes in the kBf16Pairs order (cpu_weights.h), so that one
-// shift and one vpternlogd make a pair of rows into the bf16 numbers 128 + q (low half: even row,
-// high half: odd row), and one vdpbf16ps multiplies both by the row pair of x and adds them to an
+// The fused kernel with AVX-512 BF16: one shift and one vpternlogd make a pair of rows of the
+// canonical codes into the bf16 numbers 128 + q (low half: row p, high half: row p + 4, the pair
+// of cpu_weights.h kPairStride), and one vdpbf16ps multiplies both by the same pair of x and adds them to an
 // f32 accumulator: 4 pairs per line, 7 integer operations and 4 (bf16 x) or 8 (fp16 x, split in
 // hi + lo parts) vdpbf16ps per line and row, against 12 + 8 FMAs in the f32 kernel.
 //
@@ -24,7 +24,7 @@ struct Avx512Bf16 {
   using V = __m512;
   using W = __m512i;
   static constexpr int kMaxRows = 8;
-  static constexpr int kBits = 4;   // the bf16-pairs order has 4-bit codes only
+  static constexpr int kBits = 4;   // 4-bit codes only (KernelForm::two_bit)
   static constexpr int kSteps = 4;  // one operand per pair of rows
   static constexpr int kParts = P;  // bf16 parts per x: 1 (bf16 x) or 2 (fp16 x = hi + lo)
   static constexpr int kXWords = 4 * P;

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 
 #include "nibble/dtype.h"
@@ -56,28 +55,19 @@ const char* avx2_unavailable() {
              : "this CPU lacks AVX2, FMA or F16C";
 }
 const char* always_available() { return nullptr; }
-// The AMX form on the kRows order picks its bytes with vpmultishiftqb (kernel_amx_impl.h).
-const char* amx_rows_unavailable() {
-  if (const char* why = amx_unavailable()) return why;
-  return __builtin_cpu_supports("avx512vbmi") ? nullptr : "this CPU lacks AVX-512 VBMI (vpmultishiftqb)";
-}
 
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
+// two_bit: the forms with a 2-bit kernel (the f32 ones, and the AMX form's dequantization).
 const KernelForm kKernelForms[] = {
-    {"fused-avx512bf16", fused_avx512bf16, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1,
-     avx512bf16_unavailable},
-    {"gemm-amx", gemm_amx, CodeOrder::kBf16Pairs, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
-    {"gemm-avx512bf16", gemm_avx512bf16, CodeOrder::kBf16Pairs, true, kGemmRows, false, true, 4, 32, 2, 32,
-     avx512bf16_unavailable},
-    {"fused-avx512", fused_avx512, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    // The AMX form on the f32 kernels' code order (kernel_amx_impl.h: a byte pick per pair).
-    {"gemm-amx-rows", gemm_amx, CodeOrder::kRows, true, 16, true, true, 2, 8, 2, 0, amx_rows_unavailable},
-    {"fused-avx2", fused_avx2, CodeOrder::kRows, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
-    {"fused-portable", fused_portable, CodeOrder::kRows, false, 1, false, false, 1, 1, 8, 1,
-     always_available},
+    {"fused-avx512bf16", fused_avx512bf16, false, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
+    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
+    {"gemm-avx512bf16", gemm_avx512bf16, false, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
+    {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
+    {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
+    {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},
 };
 
 // NIBBLE_CPU_ISA's families: a one-tile form and its GEMM form, if any.
@@ -87,7 +77,7 @@ struct Family {
 };
 const Family kFamilies[] = {
     {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
-    {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx-rows"}},
+    {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx"}},
     {"avx2", {"fused-avx2", nullptr}},
     {"portable", {"fused-portable", nullptr}},
 };
@@ -108,8 +98,8 @@ uint32_t next_random(uint64_t& s) {
   return uint32_t(s >> 32);
 }
 
-// The calibration layer in one code order (uint4b8, bf16 scales around 1/64).
-CpuWeights calibration_layer(int32_t act_dtype, CodeOrder order) {
+// The calibration layer (uint4b8, bf16 scales around 1/64).
+CpuWeights calibration_layer(int32_t act_dtype) {
   std::vector<uint32_t> q(size_t(kCalK / 8 * kCalN));
   std::vector<uint16_t> scales(size_t(kCalK / kCalG * kCalN));
   uint64_t s = 1;
@@ -128,7 +118,7 @@ CpuWeights calibration_layer(int32_t act_dtype, CodeOrder order) {
   nibble_canonical_weights w{};
   w.qweight = q.data();
   w.scales = scales.data();
-  return prepare_cpu_weights(spec, w, order);
+  return prepare_cpu_weights(spec, w);
 }
 
 // ns of one call of `f` (gather and kernel, one thread) at each calibrated M, for the layers and
@@ -247,33 +237,30 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(fused_portable, nullptr);
-  // On Intel CPUs with AMX the plan is of the rows order: there the bf16-pairs one-tile form is
-  // bound by its dot products while it streams (5.3 GB/s per thread on the AMX Xeon host, weights
-  // in L3), and fused-avx512 streams at the bandwidth (0.56-0.58x the time at M = 1); in cache,
-  // where the calibration runs, the two are within 1.2x, so the calibration cannot see it. The
-  // calibration still places gemm-amx-rows, which serves the rows order's larger M
-  // (docs/benchmarks.md, "Kernel choice on each CPU"). NIBBLE_CPU_ISA=amx gives the other order.
-  if (!family_forced && cpu_is_intel() &&
-      std::any_of(candidates.begin(), candidates.end(),
-                  [](const KernelForm* f) { return f->tiles && f->order == CodeOrder::kRows; })) {
+  // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by
+  // its dot products while it streams (5.3 GB/s per thread on the AMX Xeon host, weights in L3),
+  // and fused-avx512 streams at the bandwidth; in cache, where the calibration runs, the two are
+  // within 1.2x, so the calibration cannot see it (docs/benchmarks.md, "Kernel choice on each
+  // CPU"). NIBBLE_CPU_ISA=amx keeps fused-avx512bf16.
+  if (!family_forced && cpu_is_intel() && !amx_unavailable() &&
+      std::any_of(candidates.begin(), candidates.end(), [](const KernelForm* f) { return f->fn == fused_avx512; })) {
     candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
-                                    [](const KernelForm* f) { return f->order != CodeOrder::kRows; }),
+                                    [](const KernelForm* f) { return f->fn == fused_avx512bf16; }),
                      candidates.end());
-    note += "; the rows order on Intel with AMX";
+    note += "; fused-avx512 for small M on Intel with AMX";
   }
   KernelPlan plan;
   const int64_t gemm_min = gemm_min_m_env();
   const auto one_tile_and_gemm = [&](const KernelForm* small, const KernelForm* gemm) {
     plan = {};
-    plan.order = small->order;
     if (gemm_min > 1) plan.forms.push_back({1, small});
     plan.forms.push_back({gemm_min > 1 ? gemm_min : 1, gemm});
     plan.summary =
         describe(plan) + strf(" (NIBBLE_CPU_GEMM_MIN_M=%lld%s)", (long long)gemm_min, note.c_str());
   };
-  const auto gemm_of = [&](CodeOrder o, const KernelForm* skip) -> const KernelForm* {
+  const auto gemm_of = [&]() -> const KernelForm* {
     for (const KernelForm* f : candidates)
-      if (f->compute_bound && f->order == o && f != skip) return f;
+      if (f->compute_bound) return f;
     return nullptr;
   };
   // Forced family with both forms and a fixed crossover: nothing left to measure.
@@ -283,16 +270,13 @@ KernelPlan make_plan(int32_t act_dtype) {
     return plan;
   }
   if (candidates.size() == 1) {
-    plan.order = candidates[0]->order;
     plan.forms.push_back({1, candidates[0]});
     plan.summary = describe(plan) + note;
     return plan;
   }
-  std::map<CodeOrder, CpuWeights> layers;
+  const CpuWeights layer = calibration_layer(act_dtype);
   std::vector<Bench> benches;
-  for (const KernelForm* f : candidates)
-    if (!layers.count(f->order)) layers.emplace(f->order, calibration_layer(act_dtype, f->order));
-  for (const KernelForm* f : candidates) benches.push_back({f, &layers.at(f->order), {}});
+  for (const KernelForm* f : candidates) benches.push_back({f, &layer, {}});
   const auto c0 = std::chrono::steady_clock::now();
   calibrate(benches, act_dtype);
   const double cal_ms =
@@ -315,10 +299,10 @@ KernelPlan make_plan(int32_t act_dtype) {
   }
   if (gemm_min > 0) {
     const KernelForm* small = plan.forms.front().second;
-    const KernelForm* gemm = small->compute_bound ? small : gemm_of(plan.order, nullptr);
+    const KernelForm* gemm = small->compute_bound ? small : gemm_of();
     if (small->compute_bound)
       for (const KernelForm* f : candidates)
-        if (!f->compute_bound && f->order == plan.order) small = f;
+        if (!f->compute_bound) small = f;
     if (gemm && !small->compute_bound) {
       one_tile_and_gemm(small, gemm);
       return plan;
@@ -342,6 +326,10 @@ bool KernelPlan::uses_tiles() const {
   return std::any_of(forms.begin(), forms.end(), [](const auto& f) { return f.second->tiles; });
 }
 
+bool KernelPlan::two_bit() const {
+  return std::all_of(forms.begin(), forms.end(), [](const auto& f) { return f.second->two_bit; });
+}
+
 const KernelForm& KernelPlan::at(int64_t m) const {
   const KernelForm* f = forms.front().second;
   for (const auto& [from, form] : forms)
@@ -357,40 +345,18 @@ const KernelForm* kernel_form(const std::string& name) {
 
 KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
                            const std::vector<std::vector<double>>& times) {
-  std::vector<double> best(ms.size(), 1e300);
-  for (const auto& t : times)
-    for (size_t i = 0; i < ms.size(); ++i) best[i] = std::min(best[i], t[i]);
-  // Per code order and M: the prior form, or the fastest where it is faster by more than kMargin.
-  const auto choice = [&](CodeOrder o, size_t i) {
+  // Per M: the prior form, or the fastest where it is faster by more than kMargin.
+  KernelPlan plan;
+  for (size_t i = 0; i < ms.size(); ++i) {
     size_t prior = SIZE_MAX, fastest = SIZE_MAX;
     for (size_t f = 0; f < candidates.size(); ++f) {
-      if (candidates[f]->order != o) continue;
       if (fastest == SIZE_MAX || times[f][i] < times[fastest][i]) fastest = f;
       const int64_t from = candidates[f]->prior_from;
       if (from > 0 && from <= ms[i] && (prior == SIZE_MAX || from > candidates[prior]->prior_from)) prior = f;
     }
-    return prior != SIZE_MAX && times[prior][i] <= kMargin * times[fastest][i] ? prior : fastest;
-  };
-  std::vector<CodeOrder> orders;
-  for (const KernelForm* f : candidates)
-    if (std::find(orders.begin(), orders.end(), f->order) == orders.end()) orders.push_back(f->order);
-  CodeOrder chosen = orders.front();
-  double chosen_regret = 0;
-  for (size_t k = 0; k < orders.size(); ++k) {
-    double regret = 0;
-    for (size_t i = 0; i < ms.size(); ++i)
-      regret = std::max(regret, times[choice(orders[k], i)][i] / best[i]);
-    if (k == 0 || regret * kMargin < chosen_regret) {
-      chosen = orders[k];
-      chosen_regret = regret;
-    }
-  }
-  KernelPlan plan;
-  plan.order = chosen;
-  for (size_t i = 0; i < ms.size(); ++i) {
-    const KernelForm* pick = candidates[choice(chosen, i)];
-    if (plan.forms.empty() || plan.forms.back().second != pick)
-      plan.forms.push_back({i == 0 ? 1 : ms[i], pick});
+    const size_t pick = prior != SIZE_MAX && times[prior][i] <= kMargin * times[fastest][i] ? prior : fastest;
+    if (plan.forms.empty() || plan.forms.back().second != candidates[pick])
+      plan.forms.push_back({i == 0 ? 1 : ms[i], candidates[pick]});
   }
   plan.summary = describe(plan);
   return plan;
@@ -447,6 +413,8 @@ const char* amx_unavailable() {
       return "this CPU lacks AMX-BF16 / AMX-TILE (CPUID.(7,0):EDX bits 22, 24)";
     if (avx512bf16_unavailable())
       return "this CPU lacks AVX-512 BF16 (the AMX form's dequantization uses it)";
+    if (!__builtin_cpu_supports("avx512vbmi"))
+      return "this CPU lacks AVX-512 VBMI (the AMX form's 2-bit dequantization uses it)";
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1u))
       return "the OS has not enabled XSAVE (CPUID.1:ECX bit 27)";
     uint32_t lo = 0, hi = 0;

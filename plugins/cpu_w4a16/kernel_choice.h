@@ -17,7 +17,7 @@ namespace nibble::cpu {
 struct KernelForm {
   const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
   FusedKernel fn;
-  CodeOrder order;     ///< the order of codes it reads (a layer is prepared in one)
+  bool two_bit;        ///< reads native 2-bit codes too (cpu_weights.h), not only 4-bit ones
   bool bf16;           ///< x as bf16 pairs (bf16 and fp16 activations), else f32
   int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
   bool tiles;          ///< x in the AMX tile layout (XLayout)
@@ -25,9 +25,9 @@ struct KernelForm {
   int64_t quantum;     ///< tiles a range is a multiple of (the form's column blocking)
   int64_t chunk;       ///< tiles of a range it prefers (cache blocking), a multiple of quantum
   int64_t min_quanta;  ///< quanta per member below which apply splits K as well
-  /// The M from which it is the choice by CPU features alone among the candidates of its code
-  /// order (the ranking measured with weights streamed from memory, docs/benchmarks.md); 0: never
-  /// without a calibration that shows it faster.
+  /// The M from which it is the choice by CPU features alone among the candidates (the ranking
+  /// measured with weights streamed from memory, docs/benchmarks.md); 0: never without a
+  /// calibration that shows it faster.
   int64_t prior_from;
   const char* (*unavailable)();  ///< why this CPU (or OS) cannot run it, or nullptr
 
@@ -36,12 +36,13 @@ struct KernelForm {
 };
 
 /// The forms one layer uses, by M: forms[i].second runs from M = forms[i].first (ascending, the
-/// first from 1); all of one code order.
+/// first from 1). Every form reads the same layout (cpu_weights.h), so any may follow any.
 struct KernelPlan {
-  CodeOrder order = CodeOrder::kRows;
   std::vector<std::pair<int64_t, const KernelForm*>> forms;
   std::string summary;  ///< "fused-avx512bf16 M < 32, gemm-avx512bf16 M >= 32 (calibrated)"
   bool uses_tiles() const;
+  /// Every form reads native 2-bit codes (else a 2-bit layer is prepared as nibble planes).
+  bool two_bit() const;
   const KernelForm& at(int64_t m) const;
 };
 
@@ -71,10 +72,9 @@ const char* amx_unavailable();
 
 /// A plan from calibrated times: times[f][i] = ns of candidate f at ms[i] (ascending M from 1),
 /// candidates in the menu's order of preference. The calibration runs everything from cache, one
-/// thread, so it sees compute rates, not how a form streams its weights from memory: per code
-/// order and M, the prior form (KernelForm::prior_from) stays unless another is faster by more
-/// than kMargin; of the code orders, the first stays unless another's worst slowdown against the
-/// fastest of all, over the M, is smaller by more than kMargin. (Exposed for the unit test.)
+/// thread, so it sees compute rates, not how a form streams its weights from memory: per M, the
+/// prior form (KernelForm::prior_from; of equal ones the first) stays unless another is faster by
+/// more than kMargin. (Exposed for the unit test.)
 KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
                            const std::vector<std::vector<double>>& times);
 constexpr double kMargin = 1.25;

@@ -30,7 +30,7 @@ int num_threads() {
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
 namespace {
-// One line's 8 values of x into its slot of xp: 8 f32 (kF32), or as bf16 pairs: kBf16 the 4 pairs
+// One line's 8 values of x into its slot of xp: 8 f32 (kF32), or as bf16 pairs of rows (p, p + 4): kBf16 the 4 pairs
 // (x is bf16 there, so its f32 form truncates to it exactly), kBf16x2 the 4 pairs of the hi parts
 // (rounded to nearest even) at `slot`, the 4 of the lo parts (x - hi, exact in bf16 for fp16 x)
 // at `lo` (slot + 4 in the line layout, the next part's A tile in the tile layout).
@@ -46,9 +46,9 @@ inline void put_line(const float* v, XForm f, float* slot, float* lo_slot) {
     if (f == XForm::kBf16x2) lo[j] = float_bits(v[j] - bits_float(hi[j] << 16)) >> 16;
   }
   uint32_t words[8];
-  for (int p = 0; p < 4; ++p) {
-    words[p] = hi[2 * p] | hi[2 * p + 1] << 16;
-    words[4 + p] = lo[2 * p] | lo[2 * p + 1] << 16;
+  for (int p = 0; p < 4; ++p) {  // the pairs of rows the codes make (cpu_weights.h kPairStride)
+    words[p] = hi[p] | hi[p + kPairStride] << 16;
+    words[4 + p] = lo[p] | lo[p + kPairStride] << 16;
   }
   std::memcpy(slot, words, 4 * sizeof(uint32_t));
   if (f == XForm::kBf16x2) std::memcpy(lo_slot, words + 4, 4 * sizeof(uint32_t));

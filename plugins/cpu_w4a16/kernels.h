@@ -67,8 +67,9 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m);
 /// `rb` rows (the kernel's register blocking, or an AMX tile's rows); xp is in the layout of
 /// XLayout:
 ///   xp  32-bit: x gathered into the weights' padded row order (0 for padding rows and for rows
-///       past m in the last block); per line and row, 8 f32 (kF32), or 4 u32 bf16 pairs (x_2p in
-///       the low half, x_2p+1 in the high half; kBf16), or the 4 pairs of the hi parts then the 4
+///       past m in the last block); per line and row, 8 f32 (kF32), or 4 u32 bf16 pairs (x_p in
+///       the low half, x_p+4 in the high half: the rows of the codes' pair p, cpu_weights.h
+///       kPairStride; kBf16), or the 4 pairs of the hi parts then the 4
 ///       of the lo parts (kBf16x2); in the tile layout, as XLayout says
 ///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, A = sum of a_j x
 ///       (trick_offset) and X = plain sum of x over its rows (the corrections of the trick and of

@@ -39,8 +39,8 @@ nibble_capabilities make_caps() {
   nibble_capabilities c{};
   c.formats = NIBBLE_FORMATS_ALL;
   // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit); 2 bits as native
-  // 2-bit codes where the plan is of the rows order (cpu_weights.h), else, and 3 bits, as nibble
-  // planes (plugins/common/nibble_planes.h).
+  // 2-bit codes where every form of the plan reads them (cpu_weights.h), else, and 3 bits, as
+  // nibble planes (plugins/common/nibble_planes.h).
   for (int32_t t : {NIBBLE_WT_UINT4, NIBBLE_WT_UINT4B8, NIBBLE_WT_UINT8, NIBBLE_WT_UINT8B128, NIBBLE_WT_UINT2,
                     NIBBLE_WT_UINT2B2, NIBBLE_WT_UINT3, NIBBLE_WT_UINT3B4})
     c.weight_types |= NIBBLE_WT_BIT(t);
@@ -185,18 +185,18 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     try {
       p->plan = &kernel_plan(s->act_dtype);
       if (s->bits == 8) {
-        p->w = prepare_cpu_weights_8bit(*s, *w, p->plan->order);  // nibble rows: the layer's own bytes
+        p->w = prepare_cpu_weights_8bit(*s, *w);  // nibble rows: the layer's own bytes
         p->codes = " (8-bit codes as nibble rows)";
-      } else if (s->bits == 2 && p->plan->order == CodeOrder::kRows) {
-        p->w = prepare_cpu_weights(*s, *w, p->plan->order);  // native 2-bit codes: every rows-order form reads them
+      } else if (s->bits == 2 && p->plan->two_bit()) {
+        p->w = prepare_cpu_weights(*s, *w);  // native 2-bit codes: every form of the plan reads them
         p->codes = " (2-bit codes)";
       } else if (plugin::needs_nibble_planes(*s)) {
         p->codes = s->bits == 2 ? " (2-bit codes as nibble planes)" : " (3-bit codes as nibble planes)";
         const plugin::NibblePlanes planes = plugin::make_nibble_planes(*s, *w);
-        p->w = prepare_cpu_weights(planes.spec, planes.weights(), p->plan->order);
+        p->w = prepare_cpu_weights(planes.spec, planes.weights());
         read_x_through(p->w, planes.x_rows, planes.real_k);
       } else {
-        p->w = prepare_cpu_weights(*s, *w, p->plan->order);
+        p->w = prepare_cpu_weights(*s, *w);
       }
       if (p->plan->uses_tiles()) p->tile_steps = amx_tile_steps(p->w);
       if (const auto& nodes = process_numa_nodes(); nodes.size() > 1) {
@@ -349,9 +349,9 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     Scratch& sc = t_scratch;
     ThreadTeam& team = ThreadTeam::process();
     const KernelForm& form = p.plan->at(m);
-    if (form.order != w.order)
-      return fail(NIBBLE_ERR_INTERNAL, msg, cap, "layer prepared in the %s order, but kernel %s reads the other",
-                  w.order == CodeOrder::kRows ? "rows" : "bf16-pairs", form.name);
+    if (w.code_bits == 2 && !form.two_bit)
+      return fail(NIBBLE_ERR_INTERNAL, msg, cap, "layer prepared with 2-bit codes, which kernel %s does not read",
+                  form.name);
     const XLayout l = form.layout(p.spec.act_dtype, m, p.tile_steps);
     const int64_t ldy = fused_y_stride(w), blocks = (m + l.rb - 1) / l.rb;
     const int want = num_threads();

@@ -1,7 +1,7 @@
 // Tests of the kernel plan from calibrated times (kernel_choice.h plan_from_times), on made-up
-// forms and times shaped like what the two CPUs of docs/benchmarks.md measure: the features-based
-// prior stays within the margin, a form clearly faster takes its M, and a code order takes over only
-// where the other is clearly worse at its worst M.
+// forms and times shaped like what the CPUs of docs/benchmarks.md measure: the features-based
+// prior stays within the margin, a form clearly faster takes its M, of any family (every form
+// reads the same layout).
 #include <doctest/doctest.h>
 
 #include <string>
@@ -17,12 +17,11 @@ std::string nibble::test::skip_reason() { return {}; }
 namespace {
 
 const char* none() { return nullptr; }
-// name, fn, order, bf16, rows, tiles, compute_bound, quantum, chunk, min_quanta, prior_from, unavailable
-const KernelForm kFused{"fused-bf16", nullptr, CodeOrder::kBf16Pairs, true, 8, false, false, 1, 1, 8, 1,
-                        none};
-const KernelForm kAmx{"gemm-amx", nullptr, CodeOrder::kBf16Pairs, true, 16, true, true, 2, 8, 2, 0, none};
-const KernelForm kGemm{"gemm-bf16", nullptr, CodeOrder::kBf16Pairs, true, 6, false, true, 4, 32, 2, 32, none};
-const KernelForm kF32{"fused-f32", nullptr, CodeOrder::kRows, false, 8, false, false, 1, 1, 8, 1, none};
+// name, fn, two_bit, bf16, rows, tiles, compute_bound, quantum, chunk, min_quanta, prior_from, unavailable
+const KernelForm kFused{"fused-bf16", nullptr, false, true, 8, false, false, 1, 1, 8, 1, none};
+const KernelForm kAmx{"gemm-amx", nullptr, true, true, 16, true, true, 2, 8, 2, 0, none};
+const KernelForm kGemm{"gemm-bf16", nullptr, false, true, 6, false, true, 4, 32, 2, 32, none};
+const KernelForm kF32{"fused-f32", nullptr, true, false, 8, false, false, 1, 1, 8, 1, none};
 const std::vector<int64_t> kMs = {1, 2, 4, 8, 16, 32, 64};
 
 std::string plan(const std::vector<const KernelForm*>& forms, const std::vector<std::vector<double>>& times) {
@@ -48,17 +47,19 @@ TEST_CASE("a form without a prior (AMX) runs only where it is clearly faster") {
         "fused-bf16 all M");
 }
 
-TEST_CASE("the code order changes only where the first order is clearly worse at its worst M") {
-  // The f32 kernel 1.6x faster from M = 8, 1.2x slower below: the bf16 order's worst is 1.6x, the
-  // f32 order's 1.2x (1.5x with the margin): f32 for every M.
+TEST_CASE("forms of different families mix: the first of equal priors stays unless another is clearly faster") {
+  // The f32 kernel 1.6x faster from M = 8, 1.2x slower below: bf16 below 8, f32 from 8.
   CHECK(plan({&kFused, &kF32}, {{10, 12, 20, 64, 128, 256, 512}, {12, 14, 24, 40, 80, 160, 320}}) ==
-        "fused-f32 all M");
-  // 1.4x faster only: the bf16 order stays.
-  CHECK(plan({&kFused, &kF32}, {{10, 12, 20, 56, 112, 224, 448}, {12, 14, 24, 40, 80, 160, 320}}) ==
+        "fused-bf16 M < 8, fused-f32 M >= 8");
+  // 1.2x faster only: the first stays.
+  CHECK(plan({&kFused, &kF32}, {{10, 12, 20, 48, 96, 192, 384}, {12, 14, 24, 40, 80, 160, 320}}) ==
         "fused-bf16 all M");
-  // With AMX in the bf16 order, its worst slowdown is small: bf16 pairs, AMX from 8.
-  CHECK(plan({&kFused, &kAmx, &kF32}, {{10, 12, 20, 64, 128, 256, 512},
-                                       {15, 16, 22, 30, 40, 60, 100},
-                                       {12, 14, 24, 40, 80, 160, 320}}) ==
-        "fused-bf16 M < 8, gemm-amx M >= 8");
+  // The f32 one-tile form and AMX, as on the Xeon host: f32 below 8, AMX from 8.
+  CHECK(plan({&kAmx, &kF32}, {{27, 32, 41, 59, 109, 208, 378}, {21, 31, 50, 89, 183, 359, 692}}) ==
+        "fused-f32 M < 8, gemm-amx M >= 8");
+}
+
+TEST_CASE("a plan reads 2-bit codes only where every form of it does") {
+  CHECK(plan_from_times({&kAmx, &kF32}, kMs, {{27, 32, 41, 59, 109, 208, 378}, {21, 31, 50, 89, 183, 359, 692}}).two_bit());
+  CHECK_FALSE(plan_from_times({&kFused, &kAmx}, kMs, {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}}).two_bit());
 }
