@@ -61,9 +61,12 @@ const char* always_available() { return nullptr; }
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
 // two_bit: the forms with a 2-bit kernel (the f32 ones, and the AMX form's dequantization).
+// prior_from of gemm-amx, 8: streaming from memory on the AMX Xeon host, fused-avx512 took
+// 1.25-2.0x gemm-amx's time at M = 8 (two runs of one build whose calibrations from cache put
+// the crossover at 16 and at 8; docs/benchmarks.md, "Kernel choice on each CPU").
 const KernelForm kKernelForms[] = {
     {"fused-avx512bf16", fused_avx512bf16, false, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
-    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 0, amx_unavailable},
+    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 8, amx_unavailable},
     {"gemm-avx512bf16", gemm_avx512bf16, false, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
@@ -225,8 +228,10 @@ KernelPlan make_plan(int32_t act_dtype) {
       note = strf("; NIBBLE_CPU_ISA=%s", forced);
     }
   }
-  // Portable code is the last resort, and AVX2 code is never faster than the same kernel on
-  // AVX-512 (which takes twice the columns per instruction): not worth calibrating.
+  // Portable code is the last resort, AVX2 code is never faster than the same kernel on AVX-512
+  // (which takes twice the columns per instruction), and the AVX-512 BF16 GEMM form never beats
+  // AMX's tiles where they run (the AMX Xeon host's calibration: 1.8x slower at M = 64, never
+  // faster from M = 4 on): not worth calibrating.
   const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
     const bool other = std::any_of(candidates.begin(), candidates.end(),
                                    [&](const KernelForm* f) { return f->fn == unless_absent; });
@@ -236,6 +241,7 @@ KernelPlan make_plan(int32_t act_dtype) {
                        candidates.end());
   };
   drop(fused_avx2, fused_avx512);
+  drop(gemm_avx512bf16, gemm_amx);
   drop(fused_portable, nullptr);
   // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by
   // its dot products while it streams (5.3 GB/s per thread on the AMX Xeon host, weights in L3),
