@@ -51,6 +51,25 @@ struct DenseMatmul::Impl {
   }
 };
 
+std::string dense_unsupported(int64_t k, int64_t n, int32_t dtype) {
+  if (dtype != NIBBLE_DTYPE_BF16 && dtype != NIBBLE_DTYPE_F32) return "oneDNN 2.6 runs bf16 and f32 matmul on CPUs only";
+  const dt type = dtype == NIBBLE_DTYPE_BF16 ? dt::bf16 : dt::f32;
+  try {
+    const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    const auto src = dnnl::memory::desc({1, k}, type, tag::ab);
+    const auto wei = dnnl::memory::desc({k, n}, type, tag::any);
+    const auto dst = dnnl::memory::desc({1, n}, type, tag::ab);
+    (void)dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), eng);
+    return {};
+  } catch (const dnnl::error& e) {
+    return std::string("oneDNN cannot create a ") + (type == dt::bf16 ? "bf16" : "f32") + " matmul on this CPU (" +
+           e.what() + ")" +
+           (type == dt::bf16 ? "; oneDNN 2.6 runs bf16 matmul only on CPUs with AVX-512 (avx512_core), "
+                               "and ONEDNN_MAX_CPU_ISA below that removes it too"
+                             : "");
+  }
+}
+
 DenseMatmul::DenseMatmul(int64_t k, int64_t n, int32_t dtype, const void* w) : impl_(new Impl) {
   impl_->k = k;
   impl_->n = n;

@@ -3,8 +3,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace nibble::cpu {
+
+/// Empty where oneDNN can build a [M, K] x [K, N] matmul of `dtype` on this CPU, else why not (oneDNN
+/// 2.6 runs bf16 only on CPUs with AVX-512; an AVX2 CPU has f32 only). Creates no threads.
+std::string dense_unsupported(int64_t k, int64_t n, int32_t dtype);
 
 class DenseMatmul {
  public:

@@ -483,6 +483,8 @@ int32_t dense_prepare(const nibble_linear_spec* s, const void* w, void*, nibble_
     if (s->act_dtype != NIBBLE_DTYPE_BF16 && s->act_dtype != NIBBLE_DTYPE_F32)
       return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap,
                   "dense baseline: oneDNN 2.6 runs bf16 and f32 matmul on CPUs, not %s", plugin::dtype_str(s->act_dtype));
+    if (const std::string why = dense_unsupported(s->k, s->n, s->act_dtype); !why.empty())
+      return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "dense baseline: %s", why.c_str());
     auto d = std::make_unique<Dense>();
     d->k = s->k;
     d->n = s->n;
