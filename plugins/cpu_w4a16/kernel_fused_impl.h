@@ -35,7 +35,7 @@ namespace nibble::cpu::fused {
 // line (t = a_j + q / 16, kernels.h), an exact form for f32 activations, and one output chain per
 // row, since the f32 trick cancels 256:1 and needs its subtraction per segment (row_block).
 struct F32Form {
-  static constexpr int kBits = 4;  // the 2-bit traits set 2 (the kRows order's native 2-bit codes)
+  static constexpr int kBits = 4;  // the 2-bit traits set 2 (native 2-bit codes)
   static constexpr int kSteps = 8;
   static constexpr int kParts = 1;
   static constexpr int kXWords = x_words(XForm::kF32);
