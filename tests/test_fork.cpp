@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -193,6 +194,9 @@ TEST_CASE("a child forked after the CPU plugin's oneDNN path ran falls back to t
     ds.act_dtype = DType::f32;
     dense = cpu->dense(ds, random_activations(s.k, s.n, DType::f32, 13));
   }
+  // Held to AVX2 (test fork_onednn_avx2), oneDNN has no bf16 matmul: the refusal above must have run.
+  if (const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA"); isa && std::string(isa) == "AVX2")
+    CHECK_MESSAGE(dense_dtype == DType::f32, "ONEDNN_MAX_CPU_ISA=AVX2, yet the bf16 dense baseline was built");
   const Tensor dx = random_activations(m, s.k, dense_dtype, 14);
   Tensor dy = random_activations(m, s.n, dense_dtype, 15);
   dense->apply_device(dx.data(), dy.mutable_data(), m);
