@@ -274,7 +274,8 @@ std::vector<int64_t> parse_list(const char* s) {
 
 const char* const kDiagVariants =
     "full,before,oldx,oldfix,nodeq,nomma,nodeq+nomma,onewg,nox,now,noepi,nowait,nowait+nodeq,nowait+nomma,"
-    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma,deep,deep+ximg";
+    "nosk,st4,st8,ring,xring,ximg,ximg+ring,ximg+xring,ximg+nodeq+nomma,deep,deep+ximg,ximg+noepi,ximg+lsu,"
+    "ximg+lsu+ring,ximg+lsu+noepi,lsu";
 
 #if defined(NIBBLE_CUDA_WGMMA)
 
@@ -285,6 +286,7 @@ struct DiagVariant {
   bool nosk = false;   // one tile per block: grid = tiles
   bool ximg = false;   // x laid out by launch_wgmma_x_image first (timed with the kernel), one bulk
                        // copy per stage instead of the x warps' cp.async
+  bool lsu = false;    // weights and records by producer warps 1-3 (16-byte cp.async), not bulk copies
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
@@ -327,6 +329,8 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->nosk = true;
     else if (t == "ximg")
       v->ximg = true;
+    else if (t == "lsu")
+      v->lsu = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 10))
@@ -334,7 +338,7 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
       for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
-      *why += " nosk ximg st<N> <mask>)";
+      *why += " nosk ximg lsu st<N> <mask>)";
       return false;
     }
   }
@@ -541,6 +545,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           gp.w = pk[size_t(i) % pk.size()].w;
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
+          gp.w_lsu = v.lsu ? 1 : 0;
           if (v.ximg) {
             const cudaError_t e =
                 launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
@@ -587,20 +592,21 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       cudaFree(ximage);
 
       // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel,
-      // the latter with either x path.
-      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg"}) {
-        const bool ximg = std::strcmp(name, "ximg") == 0;
+      // the latter with either x path, and with the x image and the weights by cp.async.
+      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg", "ximg+lsu"}) {
+        const bool lsu = std::strcmp(name, "ximg+lsu") == 0, ximg = lsu || std::strcmp(name, "ximg") == 0;
         const KernelDesc* kd = find_kernel(ximg ? wg : name);
         if (!kd || (kd->family == Family::gemv && m > 64)) continue;
         set_kernel(kd->name);
         CHECK_API(api->set_option("wgmma_x", ximg ? "image" : "copy", msg, cap));
+        CHECK_API(api->set_option("wgmma_w", lsu ? "lsu" : "bulk", msg, cap));
         CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));
         apply(hs[0], x, y, m, l);
         CHECK_CUDA(cudaDeviceSynchronize());
         const double e = rel_err(y, yref, size_t(m * n));
         const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
         const std::string row =
-            std::string("plugin:") + (ximg ? std::string(wg) + "/ximg" : std::string(name));
+            std::string("plugin:") + (ximg ? std::string(wg) + (lsu ? "/ximg+lsu" : "/ximg") : std::string(name));
         say("   %-14s %9.1f us  %5.2fx ref   relerr %.1e %s  %s\n", row.c_str(), us,
             full_us > 0 ? us / full_us : 0.0, e, e < 3e-3 ? "check ok" : "<-- WRONG",
             kernel_name(hs[0], m).c_str());
@@ -608,6 +614,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       }
       set_kernel("auto");
       CHECK_API(api->set_option("wgmma_x", "copy", msg, cap));
+      CHECK_API(api->set_option("wgmma_w", "bulk", msg, cap));
     }
     for (auto h : hs) api->release(h);
     for (auto d : ds) api->dense_release(d);
@@ -864,10 +871,16 @@ int main(int argc, char** argv) {
           if ((kd.family == Family::gemv && m > 32) || (kd.family != Family::gemv && m < 8)) continue;
           const char* v = kd.name;
           set_kernel(v);
-          const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
-          char b[48];
-          std::snprintf(b, sizeof b, " %s=%.1f", v, us);
-          line += b;
+          // The wgmma kernels with either weight path (the plugin's default first, then lsu).
+          for (const char* wpath : {"", "lsu"}) {
+            if (*wpath && kd.family != Family::wgmma) continue;
+            if (*wpath) CHECK_API(api->set_option("wgmma_w", wpath, msg, cap));
+            const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
+            if (*wpath) CHECK_API(api->set_option("wgmma_w", "bulk", msg, cap));
+            char b[48];
+            std::snprintf(b, sizeof b, " %s%s%s=%.1f", v, *wpath ? "+" : "", wpath, us);
+            line += b;
+          }
         }
         set_kernel("auto");
         say("  sweep %5lldx%-5lld M=%-5lld%s\n", (long long)k, (long long)n, (long long)m, line.c_str());

@@ -73,6 +73,8 @@ struct GemmParams {
   uint8_t overlap;           // sm_90+: launched as a programmatic dependent of the previous kernel in
                              // the stream (PDL), so that its launch and first weight loads overlap
                              // that kernel's tail
+  uint8_t w_lsu;             // wgmma: weights and records copied by producer warps 1-3 with 16-byte
+                             // cp.async instead of the producer lane's bulk copies
   // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
   uint8_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
   int16_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)

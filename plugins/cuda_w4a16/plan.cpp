@@ -148,8 +148,16 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.wgmma_x_image = value == "image";
     return NIBBLE_OK;
   }
+  if (key == "wgmma_w") {
+    if (value != "bulk" && value != "lsu") {
+      *why = "wgmma_w: expected bulk or lsu, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.wgmma_w_lsu = value == "lsu";
+    return NIBBLE_OK;
+  }
   *why =
-      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x)";
+      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -163,6 +171,7 @@ PlanOptions options_from_environment() {
     set_plan_option(o, "cublas_min_m", m, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_OVERLAP")) set_plan_option(o, "overlap", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   return o;
 }
 
@@ -203,6 +212,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   const int64_t slots = std::max(1, ki.slots);
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
+  plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),

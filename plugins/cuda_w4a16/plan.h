@@ -73,6 +73,10 @@ struct PlanOptions {
   /// per stage ("image", the default: measured faster wherever a rule picks wgmma), or copied by
   /// the kernel's own 4-byte copies ("copy")
   bool wgmma_x_image = true;
+  /// wgmma kernels: the weights and scale records of a stage copied by the producer lane's bulk
+  /// copies ("bulk", one per strip and record run) or by producer warps 1-3 with 16-byte cp.async
+  /// ("lsu", the load path the GEMV kernels stream at), both completing on the stage's barrier
+  bool wgmma_w_lsu = false;
 };
 
 /// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,
@@ -80,7 +84,7 @@ struct PlanOptions {
 int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view value, bool cublas,
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
-/// NIBBLE_CUDA_WGMMA_X.
+/// NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).
@@ -93,6 +97,7 @@ struct Plan {
   int32_t m_tiles = 0, n_tiles = 0;
   bool overlap = false;  ///< launch as a programmatic dependent
   bool x_image = false;  ///< wgmma: lay x out first (launch_wgmma_x_image), GemmParams::x_image
+  bool w_lsu = false;    ///< wgmma: weights and records by cp.async (GemmParams::w_lsu)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };
 

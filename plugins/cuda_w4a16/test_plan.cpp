@@ -198,6 +198,13 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   const Plan big64 = make_plan(shape(8192, 57344), dev.facts(90, false), o, 64);
   CHECK(big64.kernel == kWg64);
   CHECK(big64.x_image);
+  CHECK(!big64.w_lsu);  // the weight path of a wgmma launch follows wgmma_w, and only a wgmma launch
+  o.wgmma_w_lsu = true;
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 64).w_lsu);
+  o.forced = kS8;
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), o, 64).w_lsu);
+  o.forced = -1;
+  o.wgmma_w_lsu = false;
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
   CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel != kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false, false), o, 64).kernel == kS8);  // not built
@@ -233,6 +240,13 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(!o.wgmma_x_image);
   CHECK(set_plan_option(o, "wgmma_x", "image", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_x_image);
+  CHECK(set_plan_option(o, "wgmma_w", "tma", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("wgmma_w: expected bulk or lsu, found 'tma'") != std::string::npos);
+  CHECK(!o.wgmma_w_lsu);  // unchanged: the default
+  CHECK(set_plan_option(o, "wgmma_w", "lsu", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_w_lsu);
+  CHECK(set_plan_option(o, "wgmma_w", "bulk", false, &why) == NIBBLE_OK);
+  CHECK(!o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }

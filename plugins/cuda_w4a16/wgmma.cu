@@ -12,9 +12,11 @@
 //       records, all completing as transaction bytes on the stage's `full` mbarrier; with an x
 //       image (GemmParams::x_image, laid out by launch_wgmma_x_image) also the stage's x tile;
 //     warps 1-3 (without an x image): x, 4 bytes per lane with cp.async (zero-filled past M and
-//       K), stored in the mma's K order and the 128-byte swizzle; each thread's copies of a stage
-//       arrive on `full` when they land (cp.async.mbarrier.arrive.noinc), so it never waits for
-//       them and runs as far ahead as the ring allows.
+//       K), stored in the mma's K order and the 128-byte swizzle; with GemmParams::w_lsu (option
+//       wgmma_w=lsu) they also copy the stage's weights and records with 16-byte cp.async, and
+//       the producer lane copies only the x image; each thread's copies of a stage arrive on
+//       `full` when they land (cp.async.mbarrier.arrive.noinc), so it never waits for them and
+//       runs as far ahead as the ring allows.
 //   warpgroups 1 and 2, the consumers (224 registers): each warp owns one strip. After a stage's
 //     `full` wait a thread fences the stage into the async proxy (x landed through the generic
 //     one). Per unit it reads its 16-byte word and the records from shared memory, dequantizes 4 A
@@ -46,6 +48,11 @@ namespace {
 constexpr int kWgThreads = 384;    // the producer warpgroup and two consumer warpgroups
 constexpr int kWgConsumers = 256;  // threads of the consumer warpgroups
 constexpr int kWgXThreads = 96;    // producer warps 1-3
+// With GemmParams::w_lsu warps 1-2 copy a stage's weights (8 strips x 1 KiB: 64 chunks of 16
+// bytes per strip) and warp 3 its records (2 units x 8 strips x (64 bytes of scales + 32 of zero
+// points) = 96 chunks).
+static_assert(kWgUnitsPerStage * 512 / 16 == 64 && kWgUnitsPerStage * kWgStrips * (64 + 32) / 16 == 96,
+              "w_lsu: the chunk split of warps 1-3");
 // 56 x 128 + 224 x 256 = 64512 of the SM's 65536 registers.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr int kSmemLimit = 227 * 1024;  // opt-in shared memory per block on sm_90
@@ -97,11 +104,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const int ib = int(int64_t(blockIdx.x) * work / nblocks), ie = int(int64_t(blockIdx.x + 1) * work / nblocks);
   const bool zp = p.zero_rec != nullptr;
   const unsigned char* const x_image = static_cast<const unsigned char*>(p.x_image);
+  const bool w_lsu = p.w_lsu != 0;               // weights and records by warps 1-3, not bulk copies
+  const bool x_warps = !x_image || w_lsu;        // warps 1-3 copy something
   const int consumers = (ab & kWgOneWg) ? kWgConsumers / 2 : kWgConsumers;  // threads that consume
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full + 8 * s, x_image ? 1 : 1 + kWgXThreads);
+      mbar_init(full + 8 * s, x_warps ? 1 + kWgXThreads : 1);
       mbar_init(empty + 8 * s, consumers / 32);
     }
     fence_mbar_init();
@@ -113,7 +122,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     if (warp == 0) {
       // ---- bulk copies: weights and records of every item, as far ahead as the stages allow ----
       if (lane != 0 || (ab & kWgNoWait)) return;
-      const bool load_w = !(ab & kWgNoW), load_x = x_image && !(ab & kWgNoX);
+      const bool load_w = !(ab & kWgNoW) && !w_lsu, load_x = x_image && !(ab & kWgNoX);
       const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
       const uint32_t tx =
           (load_w ? TL::kWBytes + TL::kSBytes + (zp ? TL::kZBytes : 0) : 0) + (load_x ? TL::kXBytes : 0);
@@ -165,13 +174,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       }
       return;
     }
-    if (x_image || (ab & kWgNoWait)) return;
-    // ---- x: 4-byte cp.async per lane and row; each stage's copies arrive on `full` when they land
-    // (the thread never waits for them), so the x warps run as far ahead as the weights ----
-    const bool copy_x = !(ab & kWgNoX), old_x = (ab & kWgOldX) != 0;
+    if (!x_warps || (ab & kWgNoWait)) return;
+    // ---- x (without an x image): 4-byte cp.async per lane and row; with w_lsu also the stage's
+    // weights and records, 16-byte cp.async. Each stage's copies arrive on `full` when they land
+    // (the thread never waits for them), so these warps run as far ahead as the ring allows ----
+    const bool copy_x = !x_image && !(ab & kWgNoX), old_x = (ab & kWgOldX) != 0;
+    const bool copy_w = w_lsu && !(ab & kWgNoW);
     const int D = min(6, S - 2);  // kWgOldX: copy groups in flight before a thread waits for the oldest
-    const int xw = warp - 1;
-    grid_dependency_wait();  // x may be the previous kernel's output
+    const int xw = warp - 1, xt = tid - 32;  // xt: 0 .. kWgXThreads - 1
+    const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
+    if (!x_image) grid_dependency_wait();  // x may be the previous kernel's output (weights never are)
     const T* xg = static_cast<const T*>(p.x);
     int t = ib / KT, kt = ib - t * KT, s = 0;
     uint32_t ph = 0;
@@ -188,6 +200,34 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           const bool ok = k_ok && m < p.m;
           cp_async4(xs + wg_x_offset(r, lane), ok ? xg + int64_t(m) * p.ldx + k : xg, ok ? 4 : 0);
         }
+      if (copy_w) {
+        // Warps 1-2: chunk xt (16 bytes) of each of the stage's 8 strips (a strip's stage is
+        // 2 units, 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
+        // (32 scale + 16 zero-point chunks), 3 per lane.
+        const int nti = t / p.m_tiles;
+        if (xt < 64) {
+          const unsigned char* w = static_cast<const unsigned char*>(p.w) +
+                                   (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512 + 16 * xt;
+          const uint32_t dw = sw + s * TL::kWBytes + 16 * xt;
+#pragma unroll
+          for (int j = 0; j < kWgStrips; ++j, w += int64_t(p.ku) * 512)
+            cp_async16_policy(dw + wg_w_offset(j, 0, 0), w, w_policy);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 3; ++i) {
+            const int rc = xt - 64 + 32 * i;  // 0..95: scale chunks first, then zero-point chunks
+            const bool sc = rc < 64;
+            const int u = sc ? rc >> 5 : (rc - 64) >> 4, c = sc ? rc & 31 : (rc - 64) & 15;
+            const int64_t rec = int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * kWgStrips;
+            if (sc)
+              cp_async16_policy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0) + 16 * c,
+                                static_cast<const unsigned char*>(p.scale_rec) + rec * 64 + 16 * c, r_policy);
+            else if (zp)
+              cp_async16_policy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0) + 16 * c,
+                                p.zero_rec + rec * 32 + 16 * c, r_policy);
+          }
+        }
+      }
       if (old_x) {
         cp_async_commit();
         if (li >= D) {
@@ -286,17 +326,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         return;
       }
       const int64_t bf = sh.bf, bl = sh.bl;
+      // [slot][float4 j of a thread][consumer thread]: float4 j of every thread of a warp is one
+      // contiguous 512-byte run, so each store and load of the fix-up is coalesced. (Each
+      // thread's accumulators as one contiguous run put the lanes of a warp 2 kAcc floats apart:
+      // 32 half-used sectors per access.) part_of(b)[j * kWgConsumers] is float4 j of block b.
+      constexpr int64_t kSlotF4 = int64_t(TL::kAcc / 2) * kWgConsumers;
       auto part_of = [&](int64_t b) {
-        return reinterpret_cast<const float4*>(
-            p.partials + ((b == bf ? sh.slot_bf : 2 * b) * kWgConsumers + ctid) * (2 * TL::kAcc));
+        return reinterpret_cast<const float4*>(p.partials) + (b == bf ? sh.slot_bf : 2 * b) * kSlotF4 + ctid;
       };
-      // [slot][consumer thread][2 * kAcc]: each thread's own accumulators, 16-byte accesses.
-      float4* mine =
-          reinterpret_cast<float4*>(p.partials + (sh.slot_mine * kWgConsumers + ctid) * (2 * TL::kAcc));
+      float4* mine = reinterpret_cast<float4*>(p.partials) + sh.slot_mine * kSlotF4 + ctid;
 #pragma unroll
       for (int j = 0; j < TL::kAcc / 2; ++j) {
         const int e = 4 * j, nt = e / TL::kAcc, i = e % TL::kAcc;
-        mine[j] = make_float4(acc[nt][i], acc[nt][i + 1], acc[nt][i + 2], acc[nt][i + 3]);
+        __stcg(mine + j * kWgConsumers, make_float4(acc[nt][i], acc[nt][i + 1], acc[nt][i + 2], acc[nt][i + 3]));
       }
       __threadfence();
       named_barrier(kEpilogueBarrier, consumers);
@@ -316,7 +358,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
             const float4* part = part_of(b);
 #pragma unroll
             for (int j = j0; j < j0 + kChunk; ++j) {
-              const float4 v = __ldcg(part + j);
+              const float4 v = __ldcg(part + j * kWgConsumers);
               const int e = 4 * j, nt = e / TL::kAcc, i = e % TL::kAcc;
               acc[nt][i] += v.x;
               acc[nt][i + 1] += v.y;
@@ -343,7 +385,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               const float4* part = part_of(b0 + q <= bl ? b0 + q : bl);
 #pragma unroll
               for (int j = 0; j < kChunk; ++j)
-                v[q][j] = b0 + q <= bl ? __ldcg(part + j0 + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[q][j] = b0 + q <= bl ? __ldcg(part + (j0 + j) * kWgConsumers) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int q = 0; q < kParts; ++q)
