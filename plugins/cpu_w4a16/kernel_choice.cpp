@@ -56,18 +56,19 @@ const char* avx2_unavailable() {
 }
 const char* always_available() { return nullptr; }
 
+
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
-// two_bit: the forms with a 2-bit kernel (the f32 ones, and the AMX form's dequantization).
+// two_bit: the forms with a 2-bit kernel (all of them today).
 // prior_from of gemm-amx, 8: streaming from memory on the AMX Xeon host, fused-avx512 took
 // 1.25-2.0x gemm-amx's time at M = 8 (two runs of one build whose calibrations from cache put
 // the crossover at 16 and at 8; docs/benchmarks.md, "Kernel choice on each CPU").
 const KernelForm kKernelForms[] = {
-    {"fused-avx512bf16", fused_avx512bf16, false, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
+    {"fused-avx512bf16", fused_avx512bf16, true, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
     {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 8, amx_unavailable},
-    {"gemm-avx512bf16", gemm_avx512bf16, false, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
+    {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
     {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},

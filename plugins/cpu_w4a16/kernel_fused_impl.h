@@ -30,6 +30,9 @@
 #include "kernels.h"
 
 namespace nibble::cpu::fused {
+// Internal linkage: each ISA's file compiles this with its own instruction set (see
+// kernel_avx512bf16_forms.h).
+namespace {
 
 // What the f32 kernels (AVX-512, AVX2) share in their traits: x in f32, one operand per row of a
 // line (t = a_j + q / 16, kernels.h), an exact form for f32 activations, and one output chain per
@@ -287,4 +290,5 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   run_hinted<T>(a, t0, t1);
 }
 
+}  // namespace
 }  // namespace nibble::cpu::fused

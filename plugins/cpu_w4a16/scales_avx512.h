@@ -7,6 +7,9 @@
 #include "cpu_weights.h"
 
 namespace nibble::cpu {
+// Internal linkage: included by files compiled with different instruction sets (AVX-512 alone, with
+// BF16, with VBMI and AMX), none of whose copies may stand in for another's.
+namespace {
 
 inline __m512 load_scales_avx512(const void* p, ScaleType st) {
   if (st == ScaleType::kF32) return _mm512_loadu_ps(p);
@@ -15,4 +18,5 @@ inline __m512 load_scales_avx512(const void* p, ScaleType st) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));  // bf16: the high half of f32
 }
 
+}  // namespace
 }  // namespace nibble::cpu
