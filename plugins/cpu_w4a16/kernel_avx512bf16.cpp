@@ -1,11 +1,199 @@
-// The AVX-512 BF16 forms (kernel_avx512bf16_forms.h) for 4-bit and native 2-bit codes. 4-bit: one
-// shift per pair of rows of a line, 7 integer operations and 4 (bf16 x) or 8 (fp16 x, split in hi +
-// lo parts) vdpbf16ps per line and row, against 12 + 8 FMAs in the f32 kernel.
-#include "kernel_avx512bf16_forms.h"
+// The AVX-512 BF16 kernel forms, for 4-bit and native 2-bit codes: the one-tile traits
+// (Avx512Bf16, Avx512Bf16Bits2, for kernel_fused_impl.h) and the GEMM form (gemm), whose line
+// decoding is a policy (Decode4, Decode2).
+//
+// A pair of rows J (rows J and J + 4 of a line, cpu_weights.h kPairStride) becomes the bf16 numbers
+// 128 + q in the low and high halves of each 32-bit lane: D::pair moves the two codes to bits 0 and
+// 16, one vpternlogd keeps them and or-s in 0x4300 (bf16 128.0); one vdpbf16ps multiplies both by
+// the same pair of x and adds them to an f32 accumulator.
+//
+// Exactness: 128 + q has 8 significant bits and x's bf16 parts 8, so every product is exact in
+// f32; vdpbf16ps adds the two products of a lane to the accumulator in f32 (as the FMA kernels
+// do, round to nearest; denormal inputs read as zero, which only bf16 x below 2^-126 could be).
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+
+#include "kernel_fused_impl.h"
+#include "scales_avx512.h"
 
 namespace nibble::cpu {
 
 namespace {
+
+template <int P>
+struct Avx512Bf16 {
+  using V = __m512;
+  using W = __m512i;
+  static constexpr int kMaxRows = 8;
+  static constexpr int kBits = 4;   // 4-bit codes (2-bit: Avx512Bf16Bits2 below)
+  static constexpr int kSteps = 4;  // one operand per pair of rows
+  static constexpr int kParts = P;  // bf16 parts per x: 1 (bf16 x) or 2 (fp16 x = hi + lo)
+  static constexpr int kXWords = 4 * P;
+  static constexpr float kScale = trick_scale(XForm::kBf16);
+  static constexpr bool kHasExact = false;
+  // Output chains per row (kernel_fused_impl.h; t = 128 + q loses little to them): as many as
+  // the 32 zmm leave beside the accumulators.
+  static constexpr int out_chains(int rows) { return rows == 1 ? 8 : rows == 2 ? 4 : rows <= 6 ? 2 : 1; }
+  // Each row makes 4 P products per line (8 P over the pair of lines the loop takes at once).
+  static constexpr int chains(int rows) { return rows <= 2 ? 8 : rows <= 4 ? 4 : 2; }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float f) { return _mm512_set1_ps(f); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_scales(const void* p, ScaleType st) { return load_scales_avx512(p, st); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  // The line is loaded once and kept in a register: left alone, the compiler folds the load into
+  // each of the three shifts, 4 512-bit loads per line instead of 1, and at M = 1 the loads bound
+  // the loop.
+  static W load_codes(const uint32_t* p) {
+    W w = _mm512_load_si512(p);
+    asm("" : "+v"(w));
+    return w;
+  }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  // Pair J (rows 2J, 2J + 1) as two bf16 128 + q: the codes at bits 4J and 16 + 4J moved to bits
+  // 0 and 16, kept, and or-ed into 0x4300 (bf16 128.0) in both halves.
+  template <int J>
+  static V trick(const W& w) {
+    const __m512i moved = J == 0 ? w : _mm512_srli_epi32(w, 4 * J);
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(moved, _mm512_set1_epi32(0x000f000f), _mm512_set1_epi32(0x43004300), 0xea));
+  }
+  template <int J>
+  static V exact(const W&, V) { return zero(); }  // never used: f32 activations take the f32 kernels
+  // acc += t.lo * x.lo + t.hi * x.hi, x = one u32 of xp (a bf16 pair) broadcast.
+  static V madd(V t, const uint32_t* x, V acc) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_castps_si512(t), (__m512bh)_mm512_set1_epi32(int(*x)));
+  }
+};
+
+// The GEMM form for many rows: kGemmTiles tiles x MB <= kGemmRows rows of accumulators (24
+// zmm), so that every x broadcast feeds 4 vdpbf16ps and every weight operand MB of them (the
+// one-tile kernel above needs a broadcast per vdpbf16ps and runs at ~65% of their peak). Outputs
+// stay in y between segments. The weights of a group of tiles are walked in K blocks of
+// kGemmBlockLines lines (256 KiB for 4 tiles), once per block of rows: they come from memory for
+// the first block of rows and from L2 for the others.
+template <class D, int P, int MB, int NT, bool kAsym>
+void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp, int64_t rb,
+                const float* xs, float* y, int64_t ldy, int64_t pf) {
+  const __m512i mask = _mm512_set1_epi32(D::kBits == 2 ? 0x00030003 : 0x000f000f), one = _mm512_set1_epi32(0x43004300);
+  const uint32_t* q = w.tile_codes(t);
+  const int64_t tile_words = w.tile_words();
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const float* xa = xs + sg * 2 * rb;  // A, then X
+    // The accumulators start at -A: the segment's end is then one multiply-add per accumulator.
+    __m512 acc[MB][NT];
+#pragma GCC unroll 6
+    for (int m = 0; m < MB; ++m)
+#pragma GCC unroll 4
+      for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_set1_ps(-xa[m]);
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
+      const uint32_t* xl = xp + l * rb * 4 * P;
+      const uint32_t* ql = q + w.line_offset(l);
+#pragma GCC unroll 4
+      for (int n = 0; n < NT; ++n) _mm_prefetch(reinterpret_cast<const char*>(ql + n * tile_words + pf), _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        __m512i tv[NT];
+#pragma GCC unroll 4
+        for (int n = 0; n < NT; ++n)
+          tv[n] = _mm512_ternarylogic_epi32(D::pair(_mm512_load_si512(ql + n * tile_words), l, j), mask, one, 0xea);
+#pragma GCC unroll 6
+        for (int m = 0; m < MB; ++m)
+#pragma GCC unroll 2
+          for (int p = 0; p < P; ++p) {
+            const __m512i xb = _mm512_set1_epi32(int(xl[m * 4 * P + p * 4 + j]));
+#pragma GCC unroll 4
+            for (int n = 0; n < NT; ++n) acc[m][n] = _mm512_dpbf16_ps(acc[m][n], (__m512bh)tv[n], (__m512bh)xb);
+          }
+      }
+    }
+    // The segment's end (kAsym is a template parameter): S = 1, y += s (acc - A) - s z X
+    // (kernel_fused_impl.h), or y = for the first segment of the K slice (`first`).
+    const int64_t g = w.seg_group[size_t(sg)];
+    const auto end = [&]<bool kFirst>() {
+#pragma GCC unroll 4
+      for (int n = 0; n < NT; ++n) {
+        const __m512 sv = load_scales_avx512(w.group_scales(t + n, g), w.scale_type);
+        __m512 sz;
+        if constexpr (kAsym) sz = _mm512_mul_ps(sv, _mm512_loadu_ps(w.tile_zeros(t + n) + g * kTileN));
+#pragma GCC unroll 6
+        for (int m = 0; m < MB; ++m) {
+          float* yp = y + m * ldy + (t + n) * kTileN;
+          __m512 out = kFirst ? _mm512_mul_ps(sv, acc[m][n]) : _mm512_fmadd_ps(sv, acc[m][n], _mm512_loadu_ps(yp));
+          if constexpr (kAsym) out = _mm512_fnmadd_ps(sz, _mm512_set1_ps(xa[rb + m]), out);  // else folded into A
+          _mm512_storeu_ps(yp, out);
+        }
+      }
+    };
+    if (sg == first) end.template operator()<true>();
+    else end.template operator()<false>();
+  }
+}
+
+constexpr int kGemmTiles = 4;
+// Tiles and lines of one block of the weights (32 tiles x 128 lines = 256 KiB, in L2): every
+// block of rows runs over all of it before the next, so that its x (6 rows x 128 lines, 12 KiB)
+// is read once and then from L1 by the block's 8 groups of tiles. (64 or 256 lines measured the
+// same or slower; so did prefetching the next block into L2 spread over the blocks of rows.)
+constexpr int64_t kGemmBlockTiles = 32;
+constexpr int64_t kGemmBlockLines = 128;
+// Blocks of rows that share one pass over the weights: their x and y for one block of the weights
+// (48 rows: 96 KiB each) stay in L2 with it; the weights are read from memory once per 48 rows.
+constexpr int64_t kGemmRowBlocks = 8;
+// The first block of rows of a pass reads the weights from memory: it prefetches each tile 64
+// lines ahead (into the next K block at the end of one), the others (reading from L2) prefetch
+// their own line. Measured at M = 32-256: +2-8%, most on 28672x8192; 128 lines the same within
+// the noise (docs/benchmarks.md).
+constexpr int64_t kGemmPrefetchLines = 64;
+
+using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*,
+                          float*, int64_t, int64_t);
+
+template <class D, int P, bool kAsym, int... I>
+constexpr auto gemm_table(std::integer_sequence<int, I...>) {
+  // Entry (MB - 1) * kGemmTiles + (NT - 1).
+  return std::array<GemmBlock, sizeof...(I)>{&gemm_block<D, P, I / kGemmTiles + 1, I % kGemmTiles + 1, kAsym>...};
+}
+
+template <class D, int P, bool kAsym>
+void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
+  static constexpr auto table = gemm_table<D, P, kAsym>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
+  const CpuWeights& w = *a.w;
+  const int64_t segs = w.segments(), ldy = a.ldy;
+  const int64_t blocks = (a.m + a.rb - 1) / a.rb;
+  // Segments [a.seg0, a.seg1): the K slice; xs holds all segments of each block of rows.
+  for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
+    const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
+    for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
+      const int64_t b1 = std::min(blocks, b0 + kGemmRowBlocks);
+      for (int64_t s0 = a.seg0; s0 < a.seg1;) {
+        int64_t s1 = s0 + 1;
+        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+          const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
+          const float* xs = a.xs + b * segs * 2 * a.rb;
+          for (int64_t t = tb; t < tb1; t += kGemmTiles) {
+            const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
+            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, a.seg0, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy,
+                                                             b == b0 ? kGemmPrefetchLines * kTileN : 0);
+          }
+        }
+        s0 = s1;
+      }
+    }
+  }
+}
+
+
+
 
 // Pair J of line l (4-bit codes: one line per 64 bytes): the codes at bits 4J and 16 + 4J.
 struct Decode4 {
@@ -34,7 +222,9 @@ inline __m512i shuffle(int h) {  // constants: compiled to one load
 struct Decode2 {
   static constexpr int kBits = 2;
   static __m512i pair(__m512i codes, int64_t l, int j) {
-    const __m512i b = _mm512_shuffle_epi8(codes, shuffle(int(l & 1)));
+    // Both controls are constants; selecting one by l's parity keeps them out of the loop (a
+    // control computed from a run-time h is rebuilt for every line).
+    const __m512i b = _mm512_shuffle_epi8(codes, (l & 1) ? shuffle(1) : shuffle(0));
     return j == 0 ? b : _mm512_srli_epi32(b, 2 * j);
   }
 };

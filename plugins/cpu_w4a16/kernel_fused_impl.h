@@ -30,8 +30,8 @@
 #include "kernels.h"
 
 namespace nibble::cpu::fused {
-// Internal linkage: each ISA's file compiles this with its own instruction set (see
-// kernel_avx512bf16_forms.h).
+// Internal linkage: each ISA's file compiles this with its own instruction set, and no copy one of
+// them compiles may stand in for another's.
 namespace {
 
 // What the f32 kernels (AVX-512, AVX2) share in their traits: x in f32, one operand per row of a
