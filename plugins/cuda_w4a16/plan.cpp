@@ -42,12 +42,18 @@ const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
 // clang-format off
 //   cc        M            weights (K*N)     K              N              kernel
 const ChoiceRule kChoiceRules[] = {
-    // Hopper, the largest layers at M = 33-256: the wgmma kernels with the x image (the default
-    // x path) beat every other kernel there; everywhere else they lose (docs/cuda.md, "The
-    // choice on Hopper", from the H200 sweep of 2026-12-02).
-    {90, 90, 33, 64, 112 * kMi, 0, 0, 0, 0, 0, kWg64},
-    {90, 90, 65, 128, 112 * kMi, 0, 0, 0, 0, 0, kWg128},
-    {90, 90, 129, 256, 224 * kMi, 0, 0, 0, 0, 0, kWg128},
+    // Hopper, M = 17-256 (the H200 sweep of 2026-12-03, docs/cuda.md "Round 3"): the wgmma
+    // kernels with the x image and the weights by cp.async (the defaults) beat every other kernel
+    // from M = 33 on every shape and from M = 17 on layers of 32 Mi weights or more, except where
+    // dequantize + cuBLAS wins on the smallest layers at M >= 65. Past M = 256 dequantize + cuBLAS.
+    {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
+    {90, 90, 33, 64, 0, 32 * kMi - 1, 0, 0, 0, 0, kWg32},
+    {90, 90, 33, 64, 0, 0, 0, 0, 0, 0, kWg64},
+    {90, 90, 65, 128, 0, 20 * kMi - 1, 0, 0, 0, 0, kCublas},
+    {90, 90, 65, 128, 0, 64 * kMi, 0, 0, 0, 0, kWg64},
+    {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
+    {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
+    {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 9, 16, 32 * kMi, 0, 0, 0, 0, 0, kV2u2},
@@ -170,6 +176,7 @@ PlanOptions options_from_environment() {
   if (const char* m = std::getenv("NIBBLE_CUDA_CUBLAS_MIN_M"))
     set_plan_option(o, "cublas_min_m", m, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_OVERLAP")) set_plan_option(o, "overlap", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_MIN_STAGES")) set_plan_option(o, "min_stages", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   return o;

@@ -140,13 +140,14 @@ TEST_CASE("the automatic choice finds a kernel for every M and shape on every ar
                 CHECK(m >= cublas_min_m);
               }
               CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
-              if (kd.family == Family::wgmma) {  // the largest layers at M = 33-256 on Hopper only
+              if (kd.family == Family::wgmma) {  // M = 17-256 on Hopper only, M <= 32 on 32 Mi weights or more
                 CHECK(cc == 90);
                 CHECK(wgmma);
-                CHECK(m > 32);
+                CHECK(m > 16);
                 CHECK(m <= 256);
-                CHECK(k * n >= 112 * (int64_t(1) << 20));
+                if (m <= 32) CHECK(k * n >= 32 * (int64_t(1) << 20));
                 CHECK(p.x_image);
+                CHECK(p.w_lsu);
               }
               check_geometry(p, s, dev, m);
             }
@@ -194,19 +195,32 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   o.forced = kS8;
   CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
   o.forced = -1;
-  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);  // small: no rule picks wgmma
+  CHECK(!make_plan(shape(4096, 4096), dev.facts(90, false), o, 16).x_image);  // M = 16: the GEMV
   const Plan big64 = make_plan(shape(8192, 57344), dev.facts(90, false), o, 64);
   CHECK(big64.kernel == kWg64);
   CHECK(big64.x_image);
-  CHECK(!big64.w_lsu);  // the weight path of a wgmma launch follows wgmma_w, and only a wgmma launch
+  CHECK(big64.w_lsu);  // the weight path of a wgmma launch follows wgmma_w (default lsu), and only a wgmma launch
+  o.wgmma_w_lsu = false;
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), o, 64).w_lsu);
   o.wgmma_w_lsu = true;
-  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 64).w_lsu);
   o.forced = kS8;
   CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), o, 64).w_lsu);
   o.forced = -1;
-  o.wgmma_w_lsu = false;
+  // The Hopper rules by M and layer size (the sweep of 2026-12-03).
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 32).kernel != kWg32);  // 16 Mi weights: GEMV
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 32).kernel == kWg32);
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).kernel == kWg32);
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 64).kernel == kWg64);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), o, 128).kernel == kWg64);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, false), o, 128).kernel == kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
-  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel != kWg128);
+  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 1024).kernel == kCublas);
+  // Where the rules pick dequantize + cuBLAS, a plugin without cuBLAS (or below cublas_min_m)
+  // gets the next row's wgmma kernel.
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, true), o, 128).kernel == kCublas);
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 128).kernel == kWg64);
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 256).kernel == kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false, false), o, 64).kernel == kS8);  // not built
   CHECK(make_plan(shape(8192, 57344), dev.facts(89, false), o, 64).kernel == kS8);
 }
@@ -242,7 +256,7 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(o.wgmma_x_image);
   CHECK(set_plan_option(o, "wgmma_w", "tma", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
   CHECK(why.find("wgmma_w: expected bulk or lsu, found 'tma'") != std::string::npos);
-  CHECK(!o.wgmma_w_lsu);  // unchanged: the default
+  CHECK(o.wgmma_w_lsu);  // unchanged: the default
   CHECK(set_plan_option(o, "wgmma_w", "lsu", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "wgmma_w", "bulk", false, &why) == NIBBLE_OK);
