@@ -15,8 +15,8 @@
 // --wgmma-diag (sm_90 only): the wgmma kernel launched directly on weights packed here by the
 // plugin's own repack kernels, once per variant named in NIBBLE_CUDA_WGMMA_ABLATE (a comma list of
 // '+'-joined tokens, default kDiagVariants below): parts left out (nodeq, nomma, onewg, nox, now,
-// noepi, nowait; ring = only the weight stream through the mbarrier ring, xring = only the x
-// stream), the first version's protocols (oldx, oldfix; before = both), candidates (deep: two
+// noepi, nowait, noy, nofix; ring = only the weight stream through the mbarrier ring, xring = only the x
+// stream), the first version's protocols (oldx, oldfix, pfence; before = both), candidates (deep: two
 // wgmma groups in flight; ximg: the x image), one tile per block (nosk), fewer stages (st<N>), or a
 // raw GemmParams::ablate mask (a number). Variants that leave work out are timings
 // only, never checked; the others are checked against cuBLAS like every timed point. Beside them
@@ -292,7 +292,8 @@ struct DiagVariant {
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
 constexpr int32_t kWgLeavesWorkOut = nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma |
                                      nibble::cuda::kWgOneWg | nibble::cuda::kWgNoX | nibble::cuda::kWgNoW |
-                                     nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait;
+                                     nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait | nibble::cuda::kWgNoY |
+                                     nibble::cuda::kWgNoFixup;
 
 // The tokens that set GemmParams::ablate bits.
 const std::pair<const char*, int32_t> kDiagTokens[] = {
@@ -307,6 +308,9 @@ const std::pair<const char*, int32_t> kDiagTokens[] = {
     {"oldfix", nibble::cuda::kWgOldFixup},
     {"before", nibble::cuda::kWgOldX | nibble::cuda::kWgOldFixup},
     {"deep", nibble::cuda::kWgDeep},
+    {"noy", nibble::cuda::kWgNoY},
+    {"nofix", nibble::cuda::kWgNoFixup},
+    {"pfence", nibble::cuda::kWgProxyFence},
     {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
                  nibble::cuda::kWgNoEpilogue},
     {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
@@ -333,7 +337,7 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->lsu = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
-    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 10))
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 13))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
@@ -871,16 +875,17 @@ int main(int argc, char** argv) {
           if ((kd.family == Family::gemv && m > 32) || (kd.family != Family::gemv && m < 8)) continue;
           const char* v = kd.name;
           set_kernel(v);
-          // The wgmma kernels with either weight path (the plugin's default first, then lsu).
+          // The wgmma kernels with either weight path: "wgNN" the bulk copies, "wgNN+lsu" cp.async
+          // (the default, restored after).
           for (const char* wpath : {"", "lsu"}) {
             if (*wpath && kd.family != Family::wgmma) continue;
-            if (*wpath) CHECK_API(api->set_option("wgmma_w", wpath, msg, cap));
+            if (kd.family == Family::wgmma) CHECK_API(api->set_option("wgmma_w", *wpath ? wpath : "bulk", msg, cap));
             const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
-            if (*wpath) CHECK_API(api->set_option("wgmma_w", "bulk", msg, cap));
             char b[48];
             std::snprintf(b, sizeof b, " %s%s%s=%.1f", v, *wpath ? "+" : "", wpath, us);
             line += b;
           }
+          if (kd.family == Family::wgmma) CHECK_API(api->set_option("wgmma_w", "lsu", msg, cap));
         }
         set_kernel("auto");
         say("  sweep %5lldx%-5lld M=%-5lld%s\n", (long long)k, (long long)n, (long long)m, line.c_str());

@@ -95,6 +95,10 @@ enum WgAblate : int32_t {
   kWgOldFixup = 1 << 7,    // the fix-up sums one part at a time (one L2 round trip per part)
   kWgNoWait = 1 << 8,      // producers copy nothing; consumers never wait for a stage (compute only)
   kWgDeep = 1 << 9,        // two wgmma groups in flight while dequantizing, not one (right result)
+  kWgNoY = 1 << 10,        // the epilogue stores no y (partials and fix-up stay)
+  kWgNoFixup = 1 << 11,    // every tile's part goes to y as if it were the whole tile (no partials)
+  kWgProxyFence = 1 << 12, // the consumers' proxy fence after each stage's wait also with the x
+                           // image (needed only when x lands through cp.async; right result)
   // Consumer modes (these bits; of them only kWgNoDequant and kWgNoMma together) are compiled
   // kernel instances (fp16, BM 16, 64, 128 only), the rest run-time branches outside the
   // consumers' wgmma loop.

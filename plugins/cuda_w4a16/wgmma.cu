@@ -318,9 +318,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         int f, r;
         wg_output_position(cw, lane, nt, i, &f, &r);
         const int n = nti * kWgBN + f, m = mti * BM + r;
-        if (n < p.n && m < p.m) y[int64_t(m) * p.n + n] = O::from_float(v + bv[nt][(i >> 1) & 1]);
+        if (n < p.n && m < p.m && !(ab & kWgNoY)) y[int64_t(m) * p.n + n] = O::from_float(v + bv[nt][(i >> 1) & 1]);
       };
-      if (!sh.shared) {
+      if (!sh.shared || (ab & kWgNoFixup)) {
 #pragma unroll
         for (int e = 0; e < 2 * TL::kAcc; ++e) store(e, acc[e / TL::kAcc][e % TL::kAcc]);
         return;
@@ -423,7 +423,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       zero_acc();
       for (int kt = kt0; kt < kt1; ++kt) {
         if (!(ab & kWgNoWait)) mbar_wait(full + 8 * s, ph);
-        fence_proxy_async();  // x landed through the generic proxy (cp.async), wgmma reads it async
+        // x copied by the x warps' cp.async landed through the generic proxy and wgmma reads it
+        // through the async one: a fence. The x image's bulk copy (and the weights' bulk copies)
+        // land in the async proxy and complete on the barrier, which makes them visible to the
+        // waiting threads; the lsu weights are cp.async read by ld.shared: no fence for those.
+        if (!x_image || (ab & kWgProxyFence)) fence_proxy_async();
         if constexpr (!kDequant && !kMma) {
           if (lane == 0) mbar_arrive(empty + 8 * s);
         } else {
