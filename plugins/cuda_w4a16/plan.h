@@ -74,9 +74,9 @@ struct PlanOptions {
   /// the kernel's own 4-byte copies ("copy")
   bool wgmma_x_image = true;
   /// wgmma kernels: the weights and scale records of a stage copied by producer warps 1-3 with
-  /// 16-byte cp.async ("lsu", the default: 0.59-0.93x the time of "bulk" on every point of the
-  /// H200 sweep of 2026-12-03) or by the producer lane's bulk copies ("bulk", one per strip and
-  /// record run), both completing on the stage's barrier
+  /// 16-byte cp.async ("lsu", the default: faster at every point measured, docs/cuda.md "Round
+  /// 3") or by the producer lane's bulk copies ("bulk", one per strip and record run), both
+  /// completing on the stage's barrier
   bool wgmma_w_lsu = true;
 };
 
