@@ -287,6 +287,7 @@ struct DiagVariant {
   bool ximg = false;   // x laid out by launch_wgmma_x_image first (timed with the kernel), one bulk
                        // copy per stage instead of the x warps' cp.async
   bool lsu = false;    // weights and records by producer warps 1-3 (16-byte cp.async), not bulk copies
+  bool split = false;  // the split fix-up (a cooperative launch)
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
@@ -335,6 +336,8 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->ximg = true;
     else if (t == "lsu")
       v->lsu = true;
+    else if (t == "split")
+      v->split = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 13))
@@ -342,7 +345,7 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
       for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
-      *why += " nosk ximg lsu st<N> <mask>)";
+      *why += " nosk ximg lsu split st<N> <mask>)";
       return false;
     }
   }
@@ -550,6 +553,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
           gp.w_lsu = v.lsu ? 1 : 0;
+          gp.split_fixup = v.split ? 1 : 0;
           if (v.ximg) {
             const cudaError_t e =
                 launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);
@@ -596,29 +600,33 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       cudaFree(ximage);
 
       // The plugin's own path (its plan, its workspace) for the old best kernels and this wg kernel,
-      // the latter with either x path, and with the x image and the weights by cp.async.
-      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg", "ximg+lsu"}) {
-        const bool lsu = std::strcmp(name, "ximg+lsu") == 0, ximg = lsu || std::strcmp(name, "ximg") == 0;
+      // the latter with either x path, with the x image and the weights by cp.async, and with
+      // those and the split fix-up.
+      for (const char* name : {"v1", "v2u2", "s8", "l", "cublas", wg, "ximg", "ximg+lsu", "ximg+lsu+split"}) {
+        const bool split = std::strcmp(name, "ximg+lsu+split") == 0;
+        const bool lsu = split || std::strcmp(name, "ximg+lsu") == 0, ximg = lsu || std::strcmp(name, "ximg") == 0;
         const KernelDesc* kd = find_kernel(ximg ? wg : name);
         if (!kd || (kd->family == Family::gemv && m > 64)) continue;
         set_kernel(kd->name);
         CHECK_API(api->set_option("wgmma_x", ximg ? "image" : "copy", msg, cap));
         CHECK_API(api->set_option("wgmma_w", lsu ? "lsu" : "bulk", msg, cap));
+        CHECK_API(api->set_option("wgmma_fixup", split ? "split" : "last", msg, cap));
         CHECK_CUDA(cudaMemset(y, 0xff, size_t(m * n * 2)));
         apply(hs[0], x, y, m, l);
         CHECK_CUDA(cudaDeviceSynchronize());
         const double e = rel_err(y, yref, size_t(m * n));
         const double us = time_calls([&](int i) { apply(hs[size_t(i) % hs.size()], x, y, m, l); }, reps);
         const std::string row =
-            std::string("plugin:") + (ximg ? std::string(wg) + (lsu ? "/ximg+lsu" : "/ximg") : std::string(name));
+            std::string("plugin:") + (ximg ? std::string(wg) + "/" + name : std::string(name));
         say("   %-14s %9.1f us  %5.2fx ref   relerr %.1e %s  %s\n", row.c_str(), us,
             full_us > 0 ? us / full_us : 0.0, e, e < 3e-3 ? "check ok" : "<-- WRONG",
             kernel_name(hs[0], m).c_str());
         add_cell(row, col, us);
       }
-      set_kernel("auto");
-      CHECK_API(api->set_option("wgmma_x", "copy", msg, cap));
-      CHECK_API(api->set_option("wgmma_w", "bulk", msg, cap));
+      set_kernel("auto");  // and the defaults of the other options
+      CHECK_API(api->set_option("wgmma_x", "image", msg, cap));
+      CHECK_API(api->set_option("wgmma_w", "lsu", msg, cap));
+      CHECK_API(api->set_option("wgmma_fixup", "last", msg, cap));
     }
     for (auto h : hs) api->release(h);
     for (auto d : ds) api->dense_release(d);
@@ -630,6 +638,8 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
   cudaFree(x);
   cudaFree(y);
   cudaFree(yref);
+  say("-- cooperative launches of the split fix-up refused (run with the last-arrival fix-up): %d\n",
+      wgmma_cooperative_refusals());
 
   // One table: every variant and baseline (rows) at every point (columns), us.
   say("\n== wgmma diagnostics, us (columns: K x N / M) ==\n%-16s", "variant");

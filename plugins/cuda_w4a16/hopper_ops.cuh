@@ -132,5 +132,16 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Waits until *counter >= target (acquire at GPU scope). Only for a grid whose blocks are all
+// resident at once (a cooperative launch), or it could wait for a block that never starts.
+__device__ __forceinline__ void wait_counter_at_least(const int32_t* counter, int32_t target) {
+  int32_t v;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    if (v >= target) return;
+    __nanosleep(64);
+  }
+}
+
 }  // namespace
 }  // namespace nibble::cuda

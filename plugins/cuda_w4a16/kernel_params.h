@@ -75,6 +75,9 @@ struct GemmParams {
                              // that kernel's tail
   uint8_t w_lsu;             // wgmma: weights and records copied by producer warps 1-3 with 16-byte
                              // cp.async instead of the producer lane's bulk copies
+  uint8_t split_fixup;       // wgmma, launched cooperatively (every block resident at once): a
+                             // shared tile is summed by all the blocks whose last tile it is, each
+                             // a slice, instead of by the last to arrive alone
   // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
   uint8_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
   int16_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)

@@ -30,6 +30,9 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
+/// How many launches with p.split_fixup the runtime refused as cooperative launches in this
+/// process (each then ran with the last-arrival fix-up instead).
+int wgmma_cooperative_refusals();
 /// Diagnostics of the wgmma kernel, for bench_kernels only (the plugin never calls these): the
 /// shared-memory limits of the diagnostic instances, and a launch that honours p.ablate's consumer
 /// modes (kWgConsumerBits: fp16 and kWg16, kWg64, kWg128 only; cudaErrorNotSupported otherwise).

@@ -162,8 +162,16 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.wgmma_w_lsu = value == "lsu";
     return NIBBLE_OK;
   }
+  if (key == "wgmma_fixup") {
+    if (value != "last" && value != "split") {
+      *why = "wgmma_fixup: expected last or split, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.wgmma_split_fixup = value == "split";
+    return NIBBLE_OK;
+  }
   *why =
-      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w)";
+      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -179,6 +187,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_MIN_STAGES")) set_plan_option(o, "min_stages", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
   return o;
 }
 
@@ -220,6 +229,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
+  plan.split_fixup = o.wgmma_split_fixup && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),

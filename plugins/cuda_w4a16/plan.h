@@ -78,6 +78,11 @@ struct PlanOptions {
   /// 3") or by the producer lane's bulk copies ("bulk", one per strip and record run), both
   /// completing on the stage's barrier
   bool wgmma_w_lsu = true;
+  /// wgmma kernels: a tile shared by several blocks of the stream-K grid is summed by the last
+  /// block to arrive ("last") or by all the blocks that end in it, a slice each, launched
+  /// cooperatively so that they can wait for each other ("split"; a refused cooperative launch
+  /// runs as "last")
+  bool wgmma_split_fixup = false;
 };
 
 /// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,
@@ -99,6 +104,7 @@ struct Plan {
   bool overlap = false;  ///< launch as a programmatic dependent
   bool x_image = false;  ///< wgmma: lay x out first (launch_wgmma_x_image), GemmParams::x_image
   bool w_lsu = false;    ///< wgmma: weights and records by cp.async (GemmParams::w_lsu)
+  bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (GemmParams::split_fixup)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };
 

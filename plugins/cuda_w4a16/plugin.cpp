@@ -439,6 +439,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
           gp.x_image = ws.ximage.p;
         }
         gp.w_lsu = plan.w_lsu ? 1 : 0;
+        gp.split_fixup = plan.split_fixup ? 1 : 0;
         if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
         break;
 #endif
@@ -473,9 +474,10 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv)
       return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", kd.name, ki.bn,
                   ki.bm, plan.n_tiles, plan.m_tiles, plan.grid);
-    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d%s%s)", kd.name,
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d%s%s%s)", kd.name,
                 kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid,
-                plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "");
+                plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "",
+                plan.split_fixup ? ", split fix-up" : "");
   });
 }
 

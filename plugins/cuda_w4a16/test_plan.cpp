@@ -226,6 +226,7 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
 }
 
 TEST_CASE("options: each takes what it documents and names what it found otherwise") {
+  const FakeDevice dev;
   PlanOptions o;
   std::string why;
   CHECK(set_plan_option(o, "kernel", "v2u2", false, &why) == NIBBLE_OK);
@@ -259,6 +260,17 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(o.wgmma_w_lsu);  // unchanged: the default
   CHECK(set_plan_option(o, "wgmma_w", "lsu", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_w_lsu);
+  CHECK(set_plan_option(o, "wgmma_fixup", "tree", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("wgmma_fixup: expected last or split, found 'tree'") != std::string::npos);
+  CHECK(!o.wgmma_split_fixup);  // unchanged: the default
+  CHECK(set_plan_option(o, "wgmma_fixup", "split", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_split_fixup);
+  PlanOptions split;
+  split.wgmma_split_fixup = true;
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), split, 64).split_fixup);  // a wgmma launch
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), split, 8).split_fixup);  // the GEMV: never
+  CHECK(set_plan_option(o, "wgmma_fixup", "last", false, &why) == NIBBLE_OK);
+  CHECK(!o.wgmma_split_fixup);
   CHECK(set_plan_option(o, "wgmma_w", "bulk", false, &why) == NIBBLE_OK);
   CHECK(!o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);

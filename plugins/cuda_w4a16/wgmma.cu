@@ -34,6 +34,7 @@
 // --wgmma-diag (WgAblate in kernel_params.h): the consumer modes as separate instances
 // (launch_wgmma_diag), everything else as run-time branches outside the consumers' wgmma loop.
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "device_ops.cuh"
@@ -342,9 +343,25 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       }
       __threadfence();
       named_barrier(kEpilogueBarrier, consumers);
-      if (ctid == 0) s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
-      named_barrier(kEpilogueBarrier, consumers);
-      if (!s_last) return;
+      const int parts = int(bl - bf) + 1;
+      // The slice [jlo, jhi) of the float4 index j this block sums over all parts: all of it for
+      // the last to arrive; with p.split_fixup, blocks bf .. bl - 1 (the tile is the last of each,
+      // so they all get here at about the end of the kernel) wait for every part and take one
+      // slice each, while block bl (whose part of the tile comes first in its range) goes on.
+      int jlo = 0, jhi = TL::kAcc / 2;
+      if (p.split_fixup) {
+        if (ctid == 0) atomicAdd(&p.counters[t], 1);
+        if (int64_t(blockIdx.x) == bl) return;
+        const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
+        jlo = pi * (TL::kAcc / 2) / np;
+        jhi = (pi + 1) * (TL::kAcc / 2) / np;
+        if (ctid == 0) wait_counter_at_least(&p.counters[t], parts);
+        named_barrier(kEpilogueBarrier, consumers);
+      } else {
+        if (ctid == 0) s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
+        named_barrier(kEpilogueBarrier, consumers);
+        if (!s_last) return;
+      }
       __threadfence();
       // Last to arrive: sum all parts in block order, its own re-read too, so the sum is the same
       // whichever block is last.
@@ -375,6 +392,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         constexpr int kChunk = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kParts = 32 / kChunk;
 #pragma unroll
         for (int j0 = 0; j0 < TL::kAcc / 2; j0 += kChunk) {
+          if (j0 + kChunk <= jlo || j0 >= jhi) continue;  // a chunk outside this block's slice
           float4 sum[kChunk];
 #pragma unroll
           for (int j = 0; j < kChunk; ++j) sum[j] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -385,7 +403,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               const float4* part = part_of(b0 + q <= bl ? b0 + q : bl);
 #pragma unroll
               for (int j = 0; j < kChunk; ++j)
-                v[q][j] = b0 + q <= bl ? __ldcg(part + (j0 + j) * kWgConsumers) : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[q][j] = b0 + q <= bl && j0 + j >= jlo && j0 + j < jhi ? __ldcg(part + (j0 + j) * kWgConsumers)
+                                                                       : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int q = 0; q < kParts; ++q)
@@ -400,6 +419,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           }
 #pragma unroll
           for (int j = 0; j < kChunk; ++j) {
+            if (j0 + j < jlo || j0 + j >= jhi) continue;
             const int e = 4 * (j0 + j);
             store(e, sum[j].x);
             store(e + 1, sum[j].y);
@@ -408,7 +428,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           }
         }
       }
-      if (ctid == 0) p.counters[t] = 0;  // ready for the next launch (stream order)
+      if (!p.split_fixup) {
+        if (ctid == 0) p.counters[t] = 0;  // ready for the next launch (stream order)
+      } else {
+        // parts arrivals, then one per slice: the last of those leaves the counter zero
+        named_barrier(kEpilogueBarrier, consumers);
+        if (ctid == 0 && atomicAdd(&p.counters[t], 1) == 2 * parts - 2) p.counters[t] = 0;
+      }
     };
 
     // One tile at a time: its k stages in this block's range, then its epilogue. (The
@@ -528,6 +554,8 @@ cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
   return cudaSuccess;
 }
 
+std::atomic<int> g_cooperative_refusals{0};
+
 template <class T, int BM, int kMode>
 cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
   using TL = WgTile<BM>;
@@ -536,12 +564,26 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
   cfg.blockDim = dim3(kWgThreads);
   cfg.dynamicSmemBytes = TL::kSmem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = p.overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
+  cudaLaunchAttribute attrs[2]{};
+  cfg.attrs = attrs;
+  if (p.overlap) {
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (!p.split_fixup) return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
+  // The split fix-up waits for other blocks, so every block must be resident at once: a
+  // cooperative launch, which the runtime refuses rather than run otherwise (a device shared
+  // under MPS, too many blocks). Refused, the same launch runs with the last-arrival fix-up.
+  attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+  attrs[cfg.numAttrs++].val.cooperative = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
+  if (e == cudaSuccess) return e;
+  (void)cudaGetLastError();  // the refusal is not sticky; clear it before the second launch
+  g_cooperative_refusals.fetch_add(1, std::memory_order_relaxed);
+  GemmParams q = p;
+  q.split_fixup = 0;
+  --cfg.numAttrs;
+  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, q);
 }
 
 //                                   BM
@@ -574,6 +616,8 @@ cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms) {
 #undef NIBBLE_SETUP_WG
   return cudaSuccess;
 }
+
+int wgmma_cooperative_refusals() { return g_cooperative_refusals.load(std::memory_order_relaxed); }
 
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream) {
 #define NIBBLE_LAUNCH_WG(kid, BM)                                              \
