@@ -626,7 +626,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       set_kernel("auto");  // and the defaults of the other options
       CHECK_API(api->set_option("wgmma_x", "image", msg, cap));
       CHECK_API(api->set_option("wgmma_w", "lsu", msg, cap));
-      CHECK_API(api->set_option("wgmma_fixup", "last", msg, cap));
+      CHECK_API(api->set_option("wgmma_fixup", "auto", msg, cap));
     }
     for (auto h : hs) api->release(h);
     for (auto d : ds) api->dense_release(d);

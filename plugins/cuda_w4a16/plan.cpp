@@ -42,15 +42,15 @@ const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
 // clang-format off
 //   cc        M            weights (K*N)     K              N              kernel
 const ChoiceRule kChoiceRules[] = {
-    // Hopper, M = 17-256 (the H200 sweep of 2026-12-03, docs/cuda.md "Round 3"): the wgmma
-    // kernels with the x image and the weights by cp.async (the defaults) beat every other kernel
-    // from M = 33 on every shape and from M = 17 on layers of 32 Mi weights or more, except where
-    // dequantize + cuBLAS wins on the smallest layers at M >= 65. Past M = 256 dequantize + cuBLAS.
+    // Hopper, M = 17-256 (the H200 sweeps of 2026-12-03, docs/cuda.md "Round 3"): the wgmma
+    // kernels with their default paths (x image, weights by cp.async, the split fix-up where it
+    // pays) beat every other kernel from M = 33 on every shape and from M = 17 on layers of 32 Mi
+    // weights or more, except where dequantize + cuBLAS wins on the smallest layers at M >= 65.
+    // Past M = 256 dequantize + cuBLAS.
     {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
-    {90, 90, 33, 64, 0, 32 * kMi - 1, 0, 0, 0, 0, kWg32},
     {90, 90, 33, 64, 0, 0, 0, 0, 0, 0, kWg64},
     {90, 90, 65, 128, 0, 20 * kMi - 1, 0, 0, 0, 0, kCublas},
-    {90, 90, 65, 128, 0, 64 * kMi, 0, 0, 0, 0, kWg64},
+    {90, 90, 65, 128, 0, 24 * kMi, 0, 0, 0, 0, kWg64},
     {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
     {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
@@ -163,11 +163,13 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     return NIBBLE_OK;
   }
   if (key == "wgmma_fixup") {
-    if (value != "last" && value != "split") {
-      *why = "wgmma_fixup: expected last or split, found '" + std::string(value) + "'";
+    if (value != "last" && value != "split" && value != "auto") {
+      *why = "wgmma_fixup: expected last, split or auto, found '" + std::string(value) + "'";
       return NIBBLE_ERR_INVALID_ARGUMENT;
     }
-    o.wgmma_split_fixup = value == "split";
+    o.wgmma_fixup = value == "last"    ? PlanOptions::Fixup::last
+                    : value == "split" ? PlanOptions::Fixup::split
+                                       : PlanOptions::Fixup::automatic;
     return NIBBLE_OK;
   }
   *why =
@@ -229,7 +231,6 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
-  plan.split_fixup = o.wgmma_split_fixup && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
@@ -256,6 +257,10 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   const int64_t stages = o.min_stages > 0 ? o.min_stages : d.min_stages;
   const int64_t grid = std::min(std::max<int64_t>(1, work / stages), slots);
   plan.grid = int32_t(std::min(grid, work));
+  if (d.family == Family::wgmma)
+    plan.split_fixup = o.wgmma_fixup == PlanOptions::Fixup::split ||
+                       (o.wgmma_fixup == PlanOptions::Fixup::automatic && ki.bm >= 64 &&
+                        2 * int64_t(plan.m_tiles) * plan.n_tiles <= plan.grid);
 }
 
 }  // namespace

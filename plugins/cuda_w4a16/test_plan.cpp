@@ -209,9 +209,10 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   // The Hopper rules by M and layer size (the sweep of 2026-12-03).
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 32).kernel != kWg32);  // 16 Mi weights: GEMV
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 32).kernel == kWg32);
-  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).kernel == kWg32);
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).kernel == kWg64);
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 64).kernel == kWg64);
-  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), o, 128).kernel == kWg64);
+  CHECK(make_plan(shape(4096, 6144), dev.facts(90, false), o, 128).kernel == kWg64);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), o, 128).kernel == kWg128);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, false), o, 128).kernel == kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
   CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel == kWg128);
@@ -261,16 +262,28 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(set_plan_option(o, "wgmma_w", "lsu", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "wgmma_fixup", "tree", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
-  CHECK(why.find("wgmma_fixup: expected last or split, found 'tree'") != std::string::npos);
-  CHECK(!o.wgmma_split_fixup);  // unchanged: the default
+  CHECK(why.find("wgmma_fixup: expected last, split or auto, found 'tree'") != std::string::npos);
+  CHECK(o.wgmma_fixup == PlanOptions::Fixup::automatic);  // unchanged: the default
   CHECK(set_plan_option(o, "wgmma_fixup", "split", false, &why) == NIBBLE_OK);
-  CHECK(o.wgmma_split_fixup);
-  PlanOptions split;
-  split.wgmma_split_fixup = true;
-  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), split, 64).split_fixup);  // a wgmma launch
-  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), split, 8).split_fixup);  // the GEMV: never
+  CHECK(o.wgmma_fixup == PlanOptions::Fixup::split);
   CHECK(set_plan_option(o, "wgmma_fixup", "last", false, &why) == NIBBLE_OK);
-  CHECK(!o.wgmma_split_fixup);
+  CHECK(o.wgmma_fixup == PlanOptions::Fixup::last);
+  CHECK(set_plan_option(o, "wgmma_fixup", "auto", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_fixup == PlanOptions::Fixup::automatic);
+  // Which launches get the split fix-up: with "split" every wgmma launch (never the GEMV), with
+  // "auto" tiles of BM >= 64 with two or more parts on average, with "last" none.
+  PlanOptions f;
+  f.wgmma_fixup = PlanOptions::Fixup::split;
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), f, 64).split_fixup);
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), f, 8).split_fixup);
+  f.wgmma_fixup = PlanOptions::Fixup::automatic;
+  const Plan few = make_plan(shape(8192, 8192), dev.facts(90, false), f, 128);  // 32 tiles of 256 x 128
+  CHECK(few.kernel == kWg128);
+  CHECK(few.split_fixup);
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), f, 128).split_fixup);  // 224 tiles
+  CHECK(!make_plan(shape(14336, 4096), dev.facts(90, false), f, 32).split_fixup);   // wg32
+  f.wgmma_fixup = PlanOptions::Fixup::last;
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), f, 128).split_fixup);
   CHECK(set_plan_option(o, "wgmma_w", "bulk", false, &why) == NIBBLE_OK);
   CHECK(!o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
