@@ -77,16 +77,23 @@ struct WgTile {
 // Consumer modes of the compiled instances: kWgConsumerBits of GemmParams::ablate. The production
 // kernel is mode 0; the others exist only as bench_kernels' diagnostics (launch_wgmma_diag).
 constexpr int kModeFull = 0, kModeNone = kWgNoDequant | kWgNoMma;
+// The production kernel with the split fix-up (GemmParams::split_fixup) is its own instance, so
+// that the other one's registers are not shared with its code (one kernel with both spilled at BM
+// 128); the diagnostic modes have only the last-arrival fix-up.
+constexpr int kModeSplit = 1 << 14;
+static_assert((kModeSplit & (kWgConsumerBits | kModeNone)) == 0, "kModeSplit: a bit of its own");
 
 template <class T, int BM, int kMode>
 __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmParams p) {
   using TL = WgTile<BM>;
   using O = Ops<T>;
+  constexpr bool kSplit = (kMode & kModeSplit) != 0;
   // Stages of the ring: all that fit, or fewer for the diagnostics (the images stay where they are).
   const int S = p.stages >= 3 && p.stages < TL::kStages ? p.stages : TL::kStages;
   const int ab = p.ablate;
   extern __shared__ unsigned char smem_raw[];
   __shared__ int s_last;
+  __shared__ int s_slice[2];  // the split fix-up: this block's chunks [s_slice[0], s_slice[1]) of a tile
 
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -347,18 +354,27 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // The slice [jlo, jhi) of the float4 index j this block sums over all parts: all of it for
       // the last to arrive; with p.split_fixup, blocks bf .. bl - 1 (the tile is the last of each,
       // so they all get here at about the end of the kernel) wait for every part and take one
-      // slice each, while block bl (whose part of the tile comes first in its range) goes on.
-      int jlo = 0, jhi = TL::kAcc / 2;
-      if (p.split_fixup) {
-        if (ctid == 0) atomicAdd(&p.counters[t], 1);
+      // slice each, while block bl (whose part of the tile comes first in its range) goes on
+      // (the kModeSplit instance).
+      // (The slice's bounds stay in shared memory, whole chunks of the sum below: bounds and
+      // per-float4 predicates in registers spilled at BM 128.)
+      constexpr int kChunkF4 = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kChunks = (TL::kAcc / 2) / kChunkF4;
+      if constexpr (kSplit) {
+        if (ctid == 0) {
+          atomicAdd(&p.counters[t], 1);
+          const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
+          s_slice[0] = pi * kChunks / np * kChunkF4;
+          s_slice[1] = (pi + 1) * kChunks / np * kChunkF4;
+          if (int64_t(blockIdx.x) != bl) wait_counter_at_least(&p.counters[t], parts);
+        }
         if (int64_t(blockIdx.x) == bl) return;
-        const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
-        jlo = pi * (TL::kAcc / 2) / np;
-        jhi = (pi + 1) * (TL::kAcc / 2) / np;
-        if (ctid == 0) wait_counter_at_least(&p.counters[t], parts);
         named_barrier(kEpilogueBarrier, consumers);
       } else {
-        if (ctid == 0) s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
+        if (ctid == 0) {
+          s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
+          s_slice[0] = 0;
+          s_slice[1] = TL::kAcc / 2;
+        }
         named_barrier(kEpilogueBarrier, consumers);
         if (!s_last) return;
       }
@@ -392,7 +408,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         constexpr int kChunk = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kParts = 32 / kChunk;
 #pragma unroll
         for (int j0 = 0; j0 < TL::kAcc / 2; j0 += kChunk) {
-          if (j0 + kChunk <= jlo || j0 >= jhi) continue;  // a chunk outside this block's slice
+          const volatile int* slice = s_slice;  // read at each chunk, not held in registers
+          if (j0 < slice[0] || j0 >= slice[1]) continue;  // a chunk outside this block's slice
           float4 sum[kChunk];
 #pragma unroll
           for (int j = 0; j < kChunk; ++j) sum[j] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -403,8 +420,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               const float4* part = part_of(b0 + q <= bl ? b0 + q : bl);
 #pragma unroll
               for (int j = 0; j < kChunk; ++j)
-                v[q][j] = b0 + q <= bl && j0 + j >= jlo && j0 + j < jhi ? __ldcg(part + (j0 + j) * kWgConsumers)
-                                                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[q][j] = b0 + q <= bl ? __ldcg(part + (j0 + j) * kWgConsumers) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int q = 0; q < kParts; ++q)
@@ -419,7 +435,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           }
 #pragma unroll
           for (int j = 0; j < kChunk; ++j) {
-            if (j0 + j < jlo || j0 + j >= jhi) continue;
             const int e = 4 * (j0 + j);
             store(e, sum[j].x);
             store(e + 1, sum[j].y);
@@ -428,12 +443,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           }
         }
       }
-      if (!p.split_fixup) {
+      if constexpr (!kSplit) {
         if (ctid == 0) p.counters[t] = 0;  // ready for the next launch (stream order)
       } else {
         // parts arrivals, then one per slice: the last of those leaves the counter zero
         named_barrier(kEpilogueBarrier, consumers);
-        if (ctid == 0 && atomicAdd(&p.counters[t], 1) == 2 * parts - 2) p.counters[t] = 0;
+        if (ctid == 0 && atomicAdd(&p.counters[t], 1) == 2 * int(bl - bf)) p.counters[t] = 0;
       }
     };
 
@@ -545,6 +560,7 @@ template <class T, int BM>
 cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
   using TL = WgTile<BM>;
   cudaError_t e = set_smem_limit<T, BM, kModeFull>();
+  if (e == cudaSuccess) e = set_smem_limit<T, BM, kModeFull | kModeSplit>();
   if (e != cudaSuccess) return e;
   int per_sm = 0;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_wgmma_kernel<T, BM, kModeFull>, kWgThreads,
@@ -570,20 +586,21 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
     attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (!p.split_fixup) return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
-  // The split fix-up waits for other blocks, so every block must be resident at once: a
-  // cooperative launch, which the runtime refuses rather than run otherwise (a device shared
-  // under MPS, too many blocks). Refused, the same launch runs with the last-arrival fix-up.
-  attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
-  attrs[cfg.numAttrs++].val.cooperative = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
-  if (e == cudaSuccess) return e;
-  (void)cudaGetLastError();  // the refusal is not sticky; clear it before the second launch
-  g_cooperative_refusals.fetch_add(1, std::memory_order_relaxed);
-  GemmParams q = p;
-  q.split_fixup = 0;
-  --cfg.numAttrs;
-  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, q);
+  if constexpr (kMode == kModeFull) {
+    if (p.split_fixup) {
+      // The split fix-up waits for other blocks, so every block must be resident at once: a
+      // cooperative launch, which the runtime refuses rather than run otherwise (a device shared
+      // under MPS, too many blocks). Refused, the same call runs with the last-arrival fix-up.
+      attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+      attrs[cfg.numAttrs++].val.cooperative = 1;
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kModeFull | kModeSplit>, p);
+      if (e == cudaSuccess) return e;
+      (void)cudaGetLastError();  // the refusal is not sticky; clear it before the second launch
+      g_cooperative_refusals.fetch_add(1, std::memory_order_relaxed);
+      --cfg.numAttrs;
+    }
+  }
+  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
 }
 
 //                                   BM
