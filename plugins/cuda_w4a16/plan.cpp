@@ -220,6 +220,10 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
 
 namespace {
 
+// The split fix-up pays where a block has few k stages, so that summing a shared tile is a large
+// share of its time (docs/cuda.md, Round 3: faster at up to 39 stages per block, slower at 62+).
+constexpr int64_t kSplitFixupMaxStages = 48;
+
 // Launch geometry of a kernel that can take the call.
 void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, const PlanOptions& o,
               int64_t m, Plan& plan) {
@@ -260,7 +264,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   if (d.family == Family::wgmma)
     plan.split_fixup = o.wgmma_fixup == PlanOptions::Fixup::split ||
                        (o.wgmma_fixup == PlanOptions::Fixup::automatic && ki.bm >= 64 &&
-                        2 * int64_t(plan.m_tiles) * plan.n_tiles <= plan.grid);
+                        work <= kSplitFixupMaxStages * plan.grid);
 }
 
 }  // namespace

@@ -81,8 +81,8 @@ struct PlanOptions {
   /// wgmma kernels: a tile shared by several blocks of the stream-K grid is summed by the last
   /// block to arrive ("last") or by all the blocks that end in it, a slice each, launched
   /// cooperatively so that they can wait for each other ("split"; a refused cooperative launch
-  /// runs as "last"); "auto", the default, splits where tiles of BM >= 64 have two or more parts
-  /// on average (where it measured faster: docs/cuda.md, Round 3)
+  /// runs as "last"); "auto", the default, splits for BM >= 64 where a block has at most 48 k
+  /// stages (where it measured faster: docs/cuda.md, Round 3)
   enum class Fixup : uint8_t { last, split, automatic };
   Fixup wgmma_fixup = Fixup::automatic;
 };

@@ -271,7 +271,7 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(set_plan_option(o, "wgmma_fixup", "auto", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_fixup == PlanOptions::Fixup::automatic);
   // Which launches get the split fix-up: with "split" every wgmma launch (never the GEMV), with
-  // "auto" tiles of BM >= 64 with two or more parts on average, with "last" none.
+  // "auto" tiles of BM >= 64 where a block has at most 48 k stages, with "last" none.
   PlanOptions f;
   f.wgmma_fixup = PlanOptions::Fixup::split;
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), f, 64).split_fixup);
@@ -281,6 +281,8 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(few.kernel == kWg128);
   CHECK(few.split_fixup);
   CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), f, 128).split_fixup);  // 224 tiles
+  CHECK(!make_plan(shape(28672, 8192), dev.facts(90, false), f, 128).split_fixup);  // 109 stages per block
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), f, 64).split_fixup);     // wg64, 8 stages
   CHECK(!make_plan(shape(14336, 4096), dev.facts(90, false), f, 32).split_fixup);   // wg32
   f.wgmma_fixup = PlanOptions::Fixup::last;
   CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), f, 128).split_fixup);
