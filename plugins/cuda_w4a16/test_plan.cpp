@@ -5,11 +5,13 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
 #include "layout.h"
 #include "plan.h"
+#include "wgmma_layout.h"
 #include "test_util.h"
 
 using namespace nibble;
@@ -290,4 +292,81 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(!o.wgmma_w_lsu);
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
+}
+
+// The wgmma kernel's stream-K fix-up relies on properties of the grid's split of the items
+// (wgmma_layout.h): checked here for every wgmma plan on the test shapes and for small grids
+// of every size. The kernel runs the same functions.
+namespace {
+
+void check_stream_k(int64_t tiles, int64_t kt, int64_t blocks) {
+  using namespace nibble::cuda;
+  const int64_t work = tiles * kt;
+  INFO("tiles " << tiles << " kt " << kt << " blocks " << blocks);
+  REQUIRE(blocks >= 1);
+  REQUIRE(blocks <= work);
+  CHECK(wg_sk_begin(0, blocks, work) == 0);
+  CHECK(wg_sk_begin(blocks, blocks, work) == work);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t ib = wg_sk_begin(b, blocks, work), ie = wg_sk_begin(b + 1, blocks, work);
+    REQUIRE(ib < ie);  // no empty block
+    for (int64_t i : {ib, (ib + ie) / 2, ie - 1}) CHECK(wg_sk_block_of(i, blocks, work) == b);
+  }
+  // Per block: how many shared tiles it takes part in as a participant of the split fix-up, and
+  // the slots its parts go to (2b for its first tile, 2b + 1 otherwise).
+  std::vector<int> waits(size_t(blocks), 0);
+  std::set<int64_t> slots;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t t0 = t * kt, t1 = t0 + kt;
+    const int64_t bf = wg_sk_block_of(t0, blocks, work), bl = wg_sk_block_of(t1 - 1, blocks, work);
+    if (bf == bl) continue;  // one block holds the whole tile: no fix-up
+    for (int64_t b = bf; b <= bl; ++b) {
+      const int64_t ib = wg_sk_begin(b, blocks, work), ie = wg_sk_begin(b + 1, blocks, work);
+      CHECK(std::max(ib, t0) < std::min(ie, t1));  // every block of bf .. bl holds items of t
+      const int64_t slot = 2 * b + (ib / kt == t ? 0 : 1);
+      CHECK(slots.insert(slot).second);  // no slot is written twice in one launch
+      if (b < bl) {
+        // A participant waits here, so this must be its last tile (every part a block writes
+        // before its last tile is written without waiting): no block ever waits twice, and no
+        // wait depends on a block that is itself waiting before writing its part.
+        CHECK((ie - 1) / kt == t);
+        ++waits[size_t(b)];
+      } else {
+        CHECK(ib > t0);  // bl's part of t is the start of its range: it goes on without waiting
+      }
+    }
+    // The participants' chunk slices cover each chunk of the tile exactly once.
+    const int np = int(bl - bf);
+    for (int chunks : {1, 2, 4}) {
+      std::vector<int> seen(size_t(chunks), 0);
+      for (int pi = 0; pi < np; ++pi)
+        for (int c = wg_split_chunk(pi, np, chunks); c < wg_split_chunk(pi + 1, np, chunks); ++c) ++seen[size_t(c)];
+      for (int c = 0; c < chunks; ++c) CHECK(seen[size_t(c)] == 1);
+    }
+    // The counter: parts arrivals, then one per participant; the last sees 2 (bl - bf) and resets.
+    CHECK((bl - bf + 1) + np - 1 == 2 * (bl - bf));
+  }
+  for (int64_t b = 0; b < blocks; ++b) CHECK(waits[size_t(b)] <= 1);
+}
+
+}  // namespace
+
+TEST_CASE("the wgmma kernel's stream-K split: parts, slots and the split fix-up's waits") {
+  const FakeDevice dev;
+  for (const auto& [k, n] : kShapes)
+    for (int64_t m : kMs) {
+      const ShapeFacts s = shape(k, n);
+      for (int forced : {int(kWg16), int(kWg64), int(kWg128)}) {
+        PlanOptions o;
+        o.forced = forced;
+        o.wgmma_fixup = PlanOptions::Fixup::split;
+        const Plan p = make_plan(s, dev.facts(90, false), o, m);
+        if (!p.declined.empty()) continue;
+        CHECK(p.split_fixup);
+        check_stream_k(int64_t(p.m_tiles) * p.n_tiles, s.kt, p.grid);
+      }
+    }
+  for (int64_t tiles : {1, 2, 3, 7, 16})
+    for (int64_t kt : {1, 2, 5, 64})
+      for (int64_t blocks = 1; blocks <= std::min<int64_t>(tiles * kt, 40); ++blocks) check_stream_k(tiles, kt, blocks);
 }

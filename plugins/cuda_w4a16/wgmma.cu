@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const int KT = p.kt;
   const int work = p.m_tiles * p.n_tiles * KT;  // < 2^31: the plan checks
   const int nblocks = gridDim.x;
-  const int ib = int(int64_t(blockIdx.x) * work / nblocks), ie = int(int64_t(blockIdx.x + 1) * work / nblocks);
+  const int ib = int(wg_sk_begin(blockIdx.x, nblocks, work)), ie = int(wg_sk_begin(blockIdx.x + 1, nblocks, work));
   const bool zp = p.zero_rec != nullptr;
   const unsigned char* const x_image = static_cast<const unsigned char*>(p.x_image);
   const bool w_lsu = p.w_lsu != 0;               // weights and records by warps 1-3, not bulk copies
@@ -280,10 +280,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     const int64_t t0 = int64_t(t) * KT, t1 = t0 + KT;
     Sharing sh{!(ib <= t0 && ie >= t1), 0, 0, 0, 0};
     if (!sh.shared) return sh;
-    auto block_of = [&](int64_t i) { return ((i + 1) * nblocks + work - 1) / work - 1; };
-    auto slot_of = [&](int64_t b) { return 2 * b + ((b * work / nblocks) / KT == t ? 0 : 1); };
-    sh.bf = block_of(t0);
-    sh.bl = block_of(t1 - 1);
+    auto slot_of = [&](int64_t b) { return 2 * b + (wg_sk_begin(b, nblocks, work) / KT == t ? 0 : 1); };
+    sh.bf = wg_sk_block_of(t0, nblocks, work);
+    sh.bl = wg_sk_block_of(t1 - 1, nblocks, work);
     sh.slot_bf = slot_of(sh.bf);
     sh.slot_mine = 2 * int64_t(blockIdx.x) + (ib / KT == t ? 0 : 1);
     return sh;
@@ -363,8 +362,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         if (ctid == 0) {
           atomicAdd(&p.counters[t], 1);
           const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
-          s_slice[0] = pi * kChunks / np * kChunkF4;
-          s_slice[1] = (pi + 1) * kChunks / np * kChunkF4;
+          s_slice[0] = wg_split_chunk(pi, np, kChunks) * kChunkF4;
+          s_slice[1] = wg_split_chunk(pi + 1, np, kChunks) * kChunkF4;
           if (int64_t(blockIdx.x) != bl) wait_counter_at_least(&p.counters[t], parts);
         }
         if (int64_t(blockIdx.x) == bl) return;

@@ -112,4 +112,15 @@ NIBBLE_HD void wg_output_position(int cw, int lane, int nt, int i, int* feature,
   *row = col;
 }
 
+// The persistent stream-K grid: `work` = tiles x k stages items in tile-major order over `blocks`
+// blocks, block b owning items [wg_sk_begin(b), wg_sk_begin(b + 1)).
+NIBBLE_HD int64_t wg_sk_begin(int64_t b, int64_t blocks, int64_t work) { return b * work / blocks; }
+/// The block owning item i.
+NIBBLE_HD int64_t wg_sk_block_of(int64_t i, int64_t blocks, int64_t work) {
+  return ((i + 1) * blocks + work - 1) / work - 1;
+}
+/// The split fix-up of a tile shared by blocks bf .. bl: participant pi = b - bf of np = bl - bf
+/// (every block but bl) sums chunks [wg_split_chunk(pi), wg_split_chunk(pi + 1)) of `chunks`.
+NIBBLE_HD int wg_split_chunk(int pi, int np, int chunks) { return pi * chunks / np; }
+
 }  // namespace nibble::cuda
