@@ -1,5 +1,6 @@
 #!/bin/bash
-# Device call 7 of 2026-12-03, the Xeon host's part (issues 15 and 17): every CPU form forced
+# Prepared for device call 7 of 2026-12-03 and NOT RUN (the bundle with it was over the 64 MiB a
+# call may carry; the session's device time ran out after): the Xeon host's part (issues 15 and 17): every CPU form forced
 # through the conformance suite on this Intel CPU (the bf16 forms read native 2-bit codes since
 # 2026-12-03; until now only checked on AMD), then `nibble bench` of 2-bit layers at M = 1 and 64
 # with the default plan and with the bf16 family forced, 2 and 16 threads.
