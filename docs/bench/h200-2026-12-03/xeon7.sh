@@ -1,18 +1,26 @@
 #!/bin/bash
-# Prepared for device call 7 of 2026-12-03 and NOT RUN (the bundle with it was over the 64 MiB a
-# call may carry; the session's device time ran out after): the Xeon host's part (issues 15 and 17): every CPU form forced
-# through the conformance suite on this Intel CPU (the bf16 forms read native 2-bit codes since
-# 2026-12-03; until now only checked on AMD), then `nibble bench` of 2-bit layers at M = 1 and 64
-# with the default plan and with the bf16 family forced, 2 and 16 threads.
-# Run from .gpu (gpu_check.sh bundle) with .gpu/xeon holding the CPU plugin (build/plugins/cpu_w4a16/
-# cpu_w4a16.so under xeon/new/plugins/cpu_w4a16) and the libraries it loads (libdnnl.so.2.xz,
-# libgomp), OUT set.
+# The Xeon host's checks for issues 15 and 17 (prepared 2026-12-03, not yet run: that session's
+# device time ran out): every CPU form forced through the conformance suite on this Intel CPU
+# (the bf16 forms read native 2-bit codes since 2026-12-03; checked so far only on AMD), then
+# `nibble bench` of 2-bit layers at M = 1 and 64 with the default plan and with the bf16 family
+# forced, 2 and 16 threads.
+#   here:   docs/bench/h200-2026-12-03/xeon7.sh bundle    # -> .gpu (CPU build only, ~15 MiB)
+#   there:  bash .gpu/xeon7.sh                             # with .gpu carried, OUT set
 set -u
+if [ "${1:-}" = bundle ]; then
+  set -e
+  root=$(cd "$(dirname "$0")/../../.." && pwd); cd "$root"
+  bench/ab_bundle.sh - build .gpu
+  mkdir -p .gpu/new/tests && cp build/tests/test_conformance .gpu/new/tests/
+  cp "$0" .gpu/xeon7.sh
+  du -sm .gpu
+  exit 0
+fi
 here=$(cd "$(dirname "$0")" && pwd); cd "$here"
-X=$here/xeon; S=$OUT/xeon_summary.log; T0=$SECONDS; TMP=$(mktemp -d)
+X=$here; S=$OUT/xeon_summary.log; T0=$SECONDS; TMP=$(mktemp -d)
 for z in "$X"/lib/*.xz; do [ -e "$z" ] && xz -d -k -f "$z"; done
-export LD_LIBRARY_PATH="$here/lib:$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-CPUP=$X/new/plugins/cpu_w4a16; CONF=$here/build/tests/test_conformance; NB=$here/build/tools/nibble/nibble
+export LD_LIBRARY_PATH="$X/new/core:$X/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+CPUP=$X/new/plugins/cpu_w4a16; CONF=$X/new/tests/test_conformance; NB=$X/new/tools/nibble/nibble
 say() { echo "$*" | tee -a "$S"; }
 say "== xeon7 $(date -u +%FT%TZ): $(grep -m1 'model name' /proc/cpuinfo), $(nproc) CPUs"
 grep -o -w -E 'amx_bf16|amx_tile|avx512_bf16|avx512vbmi' /proc/cpuinfo | sort -u | tr '\n' ' ' | tee -a "$S"; echo | tee -a "$S"
