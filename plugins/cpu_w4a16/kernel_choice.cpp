@@ -56,7 +56,6 @@ const char* avx2_unavailable() {
 }
 const char* always_available() { return nullptr; }
 
-
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges

@@ -221,7 +221,7 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
 namespace {
 
 // The split fix-up pays where a block has few k stages, so that summing a shared tile is a large
-// share of its time (docs/cuda.md, Round 3: faster at up to 39 stages per block, slower at 62+).
+// share of its time (the measurements behind the bound: docs/cuda.md, Round 3).
 constexpr int64_t kSplitFixupMaxStages = 48;
 
 // Launch geometry of a kernel that can take the call.

@@ -474,10 +474,17 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv)
       return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", kd.name, ki.bn,
                   ki.bm, plan.n_tiles, plan.m_tiles, plan.grid);
+    // The split fix-up's launches fall back to the last-arrival fix-up where the runtime refuses
+    // them as cooperative launches: say so rather than name a path that did not run.
+    std::string fixup = plan.split_fixup ? ", split fix-up" : "";
+#if defined(NIBBLE_CUDA_WGMMA)
+    if (plan.split_fixup && wgmma_cooperative_refusals() > 0)
+      fixup += " (" + std::to_string(wgmma_cooperative_refusals()) +
+               " cooperative launches refused in this process: those ran with the last-arrival fix-up)";
+#endif
     return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d%s%s%s)", kd.name,
                 kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid,
-                plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "",
-                plan.split_fixup ? ", split fix-up" : "");
+                plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
   });
 }
 

@@ -25,9 +25,10 @@
 //     dequantization overlaps that group, and a stage is handed back (`empty` mbarrier, one
 //     arrival per warp) once the wgmma groups that read it have completed.
 // The grid is persistent and stream-K: at most one block per SM, each owning an equal contiguous
-// range of (tile, k stage) items; a tile split between blocks is summed in block order by the last
-// to arrive (fp32 partials, deterministic; up to 8 parts' loads in flight), the bias is added and
-// y written. Launched as a programmatic dependent (PDL), the first stages' weights are requested
+// range of (tile, k stage) items (wgmma_layout.h, wg_sk_*); a tile split between blocks is summed
+// in block order (fp32 partials, deterministic; up to 8 parts' loads in flight) by the last to
+// arrive, or, in the kModeSplit instance (a cooperative launch), by every block whose last tile it
+// is, a slice each; the bias is added and y written. Launched as a programmatic dependent (PDL), the first stages' weights are requested
 // before the wait for the previous kernel; x, the partials, the counters and y are touched after.
 //
 // GemmParams::ablate and ::stages (zero in the plugin) select the diagnostics of bench_kernels
@@ -349,16 +350,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       }
       __threadfence();
       named_barrier(kEpilogueBarrier, consumers);
-      const int parts = int(bl - bf) + 1;
-      // The slice [jlo, jhi) of the float4 index j this block sums over all parts: all of it for
-      // the last to arrive; with p.split_fixup, blocks bf .. bl - 1 (the tile is the last of each,
-      // so they all get here at about the end of the kernel) wait for every part and take one
-      // slice each, while block bl (whose part of the tile comes first in its range) goes on
-      // (the kModeSplit instance).
-      // (The slice's bounds stay in shared memory, whole chunks of the sum below: bounds and
-      // per-float4 predicates in registers spilled at BM 128.)
-      constexpr int kChunkF4 = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kChunks = (TL::kAcc / 2) / kChunkF4;
+      // The float4 indices j [s_slice[0], s_slice[1]) this block sums over all parts: all of them
+      // for the last to arrive; in the kModeSplit instance blocks bf .. bl - 1 (the tile is the
+      // last of each, so they all get here at about the end of the kernel) wait for every part
+      // and take one slice each, while block bl (whose part of the tile comes first in its range)
+      // goes on. The slices are whole chunks of the sum below and their bounds stay in shared
+      // memory (bounds and per-float4 predicates in registers spilled at BM 128).
       if constexpr (kSplit) {
+        constexpr int kChunkF4 = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kChunks = (TL::kAcc / 2) / kChunkF4;
+        const int parts = int(bl - bf) + 1;
         if (ctid == 0) {
           atomicAdd(&p.counters[t], 1);
           const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
