@@ -94,6 +94,12 @@ __device__ __forceinline__ void grid_launch_dependents() {
 #endif
 }
 
+// Asks L2 for the 128-byte line holding `ptr` (no register, nothing waits on it): the GEMV's
+// batches ahead, so that its own loads of them come from L2.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
+
 // 16-byte load that leaves L1 alone and marks the line with an L2 policy (evict-first for weights,
 // which are read once per call).
 __device__ __forceinline__ uint4 ld_stream(const uint4* ptr, uint64_t policy) {

@@ -188,8 +188,25 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   // in the stream is finishing: the first batch's weights are requested before the wait, and
   // only x, the partials, the counters and y (which the previous kernel may write or read) are
   // touched after it.
+  //
+  // With p.prefetch = D, each warp asks L2 for its weights D batches ahead of its loads (a batch is
+  // NS runs of U * 512 contiguous bytes: one 128-byte line per lane for NS = 2, U = 4), so that only
+  // the first D batches of a warp wait on memory and the rest come from L2: bytes in flight that
+  // hold no registers.
+  const int D = p.prefetch;
+  const char* wl = static_cast<const char*>(p.w) + int64_t(s0) * p.ku * 512;
+  auto prefetch_batch = [&](int u) {
+    constexpr int kLines = NS * U * 4;  // 128-byte lines of a batch
+#pragma unroll
+    for (int l = lane; l < kLines; l += 32) {
+      const int ns = l / (U * 4), j = l % (U * 4);
+      if (u + j / 4 < ue) prefetch_l2(wl + (int64_t(ns) * p.ku + u) * 512 + j * 128);
+    }
+  };
+  for (int d = 1; d < D; ++d) prefetch_batch(ub + d * U);
   for (int u = ub; u < ue; u += U) {
     Batch b;
+    if (D > 0) prefetch_batch(u + D * U);
     load_weights(u, ue, b);
     if (u == ub) grid_dependency_wait();
     load_xs(u, ue, b);

@@ -78,6 +78,8 @@ struct GemmParams {
   uint8_t split_fixup;       // wgmma, launched cooperatively (every block resident at once): a
                              // shared tile is summed by all the blocks whose last tile it is, each
                              // a slice, instead of by the last to arrive alone
+  uint8_t prefetch;          // GEMV: how many batches ahead of its loads each warp asks L2 for its
+                             // weights (0 = none)
   // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
   uint8_t stages;  // pipeline stages used, 0 = all that fit (at least 3, at most that many)
   int16_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)

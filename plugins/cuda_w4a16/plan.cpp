@@ -172,8 +172,17 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                                        : PlanOptions::Fixup::automatic;
     return NIBBLE_OK;
   }
-  *why =
-      "unknown option '" + std::string(key) + "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup)";
+  if (key == "gemv_prefetch") {
+    if (!parse_int(value, 0, PlanOptions::kMaxGemvPrefetch, &n)) {
+      *why = "gemv_prefetch: expected a count of batches from 0 (none) to " +
+             std::to_string(PlanOptions::kMaxGemvPrefetch) + ", found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.gemv_prefetch = int32_t(n);
+    return NIBBLE_OK;
+  }
+  *why = "unknown option '" + std::string(key) +
+         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -190,6 +199,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
   return o;
 }
 
@@ -236,6 +246,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
+    plan.prefetch = o.gemv_prefetch;
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
     // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the

@@ -85,6 +85,11 @@ struct PlanOptions {
   /// stages (where it measured faster: docs/cuda.md, Round 3)
   enum class Fixup : uint8_t { last, split, automatic };
   Fixup wgmma_fixup = Fixup::automatic;
+  /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights
+  /// (`gemv_prefetch`, 0 = none)
+  int32_t gemv_prefetch = kDefaultGemvPrefetch;
+  static constexpr int32_t kDefaultGemvPrefetch = 2;
+  static constexpr int32_t kMaxGemvPrefetch = 16;
 };
 
 /// Sets option `key` to `value` in `o`: NIBBLE_OK, or a status with a message naming the option,
@@ -92,7 +97,8 @@ struct PlanOptions {
 int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view value, bool cublas,
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
-/// NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W.
+/// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
+/// NIBBLE_CUDA_GEMV_PREFETCH.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).
@@ -107,6 +113,7 @@ struct Plan {
   bool x_image = false;  ///< wgmma: lay x out first (launch_wgmma_x_image), GemmParams::x_image
   bool w_lsu = false;    ///< wgmma: weights and records by cp.async (GemmParams::w_lsu)
   bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (GemmParams::split_fixup)
+  int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };
 

@@ -424,6 +424,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     cudaError_t e = cudaErrorInvalidValue;
     switch (kd.family) {
       case Family::gemv:
+        gp.prefetch = uint8_t(plan.prefetch);
         e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, stream);
         break;
       case Family::mma:
@@ -472,8 +473,8 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::cublas) return fail(NIBBLE_OK, msg, cap, "cublas (dequantize + cublasGemmEx)");
     const KernelInfo& ki = facts.info[plan.kernel];
     if (kd.family == Family::gemv)
-      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits)", kd.name, ki.bn,
-                  ki.bm, plan.n_tiles, plan.m_tiles, plan.grid);
+      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits, L2 prefetch %d batches ahead)",
+                  kd.name, ki.bn, ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, plan.prefetch);
     // The split fix-up's launches fall back to the last-arrival fix-up where the runtime refuses
     // them as cooperative launches: say so rather than name a path that did not run.
     std::string fixup = plan.split_fixup ? ", split fix-up" : "";
