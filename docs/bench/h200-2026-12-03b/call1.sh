@@ -4,12 +4,15 @@
 # sweep). The sweep: `nibble bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b --m 1,4,8,16
 # --bits 4|8 --no-dense` with NIBBLE_CUDA_GEMV_PREFETCH = 0 (none: the kernel as before), 1, 2, 3,
 # 4, 6, 8, 16, two rounds in rotated order. Run from .gpu (gpu_check.sh bundle + this script), OUT
-# set. Writes prefetch.txt (all of the sweep's output, its summary first) and gpu_check's files.
+# set (the bundle: gpu_check.sh bundle, then xz on build/plugins/cuda_w4a16/{bench_kernels,
+# cuda_w4a16.so}, then this script copied in). Writes prefetch.txt (all of the sweep's output, its summary first) and gpu_check's files.
 set -u
 here=$(cd "$(dirname "$0")" && pwd); cd "$here"
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 P=$here/build/plugins/cuda_w4a16; NIBBLE=$here/build/tools/nibble/nibble
 T0=$SECONDS; TMP=$(mktemp -d); L=$TMP/sweep.txt
+# The bundle carries the two largest files xz-compressed (to stay under the 64 MiB a call carries).
+for z in "$P"/*.xz; do [ -e "$z" ] && xz -d -f "$z"; done
 echo "== call1 prefetch sweep $(date -u +%FT%TZ)" > $TMP/sum.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> $TMP/sum.txt 2>&1
 DS="0 1 2 3 4 6 8 16"
