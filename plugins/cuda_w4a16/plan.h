@@ -88,7 +88,7 @@ struct PlanOptions {
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights
   /// (`gemv_prefetch`, 0 = none)
   int32_t gemv_prefetch = kDefaultGemvPrefetch;
-  static constexpr int32_t kDefaultGemvPrefetch = 2;
+  static constexpr int32_t kDefaultGemvPrefetch = 0;  // measured slower at every D > 0 on the H200 (docs/benchmarks.md)
   static constexpr int32_t kMaxGemvPrefetch = 16;
 };
 
