@@ -1,7 +1,7 @@
 // bench_kernels: standalone timing driver of the cuda_w4a16 kernels against cuBLAS fp16, through
 // the plugin's own ABI table (linked in, so the same code as the shipped module runs).
 //
-//   bench_kernels [--quick] [--out FILE] [--shapes K1xN1,...] [--m M1,M2,...] [--sweep] [--check]
+//   bench_kernels [--quick] [--out FILE] [--shapes K1xN1,...] [--m M1,M2,...] [--sweep] [--check] [--read]
 //
 // For PERF.md's shapes and M values (G = 128, uint4b8, fp16 unless said): median of per-call
 // CUDA-event timings, the weights rotated over enough copies to exceed the 60 MB L2 (the GPU is
@@ -112,6 +112,36 @@ __global__ void err_kernel(const __half* a, const __half* b, size_t n, double* a
     atomicAdd(acc, d2);
     atomicAdd(acc + 1, b2);
   }
+}
+
+// --read: a plain read of `bytes` (16-byte loads that leave L1 alone, `kU` in flight per lane), the
+// grid split into contiguous block ranges and each block's range into contiguous warp ranges, as
+// the GEMV splits a layer. The xor of everything read goes to *sink only if it is 0x5eed, which
+// keeps the loads without writing anything.
+template <int kU>
+__global__ void read_kernel(const uint4* src, size_t n16, uint32_t* sink) {
+  const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const size_t per_block = (n16 + gridDim.x - 1) / gridDim.x;
+  const size_t b0 = blockIdx.x * per_block, b1 = min(n16, b0 + per_block);
+  const size_t per_warp = (b1 > b0 ? b1 - b0 + warps - 1 : 0) / warps;
+  const size_t w0 = b0 + warp * per_warp, w1 = min(b1, w0 + per_warp);
+  uint32_t acc = 0;
+  for (size_t i = w0 + lane; i < w1; i += 32 * kU) {
+    uint4 v[kU];
+#pragma unroll
+    for (int j = 0; j < kU; ++j) {
+      const size_t e = i + size_t(j) * 32;
+      if (e < w1)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(v[j].x), "=r"(v[j].y), "=r"(v[j].z), "=r"(v[j].w)
+                     : "l"(src + e));
+      else
+        v[j] = make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kU; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  if (acc == 0x5eedu) *sink = acc;
 }
 
 struct Rng {
@@ -691,8 +721,61 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>&, const std::v
 
 }  // namespace
 
+// --read: what a plain read of each layer's weight bytes (4- and 8-bit, G = 128 scales) takes, over
+// grids of 1-8 blocks per SM of 128-512 threads and 4 or 8 loads in flight per lane, the copies
+// rotated past L2. The ceiling of any kernel that streams those bytes once in one launch: the
+// GEMV's M = 1 time against it separates the read itself (launch, ramp, tail) from the kernel's own
+// work.
+int run_read(const std::vector<std::pair<int64_t, int64_t>>& shapes, double copy_bw) {
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  uint32_t* sink = nullptr;
+  CHECK_CUDA(cudaMalloc(&sink, 4));
+  say("\n== plain read of the weight bytes (--read): us per launch, median of CUDA events; copies rotated "
+      "past L2; %% of the copy reading %.0f GB/s ==\n", copy_bw * 1e-9);
+  say("%-12s %4s %10s %9s %7s  %-24s %9s %7s  %s\n", "shape", "bits", "MB", "best us", "%", "best grid",
+      "gemv-like", "%", "(gemv-like: 4 blocks/SM x 128 threads x 8 in flight)");
+  for (const auto& [k, n] : shapes) {
+    for (int bits : {4, 8}) {
+      const size_t bytes = size_t(k) * size_t(n) * size_t(bits) / 8 + size_t(k / 128) * size_t(n) * 2;
+      const size_t n16 = (bytes + 15) / 16;
+      const int copies = int(std::max<size_t>(2, (size_t(512) << 20) / bytes + 1));
+      uint4* buf = nullptr;
+      CHECK_CUDA(cudaMalloc(&buf, n16 * 16 * size_t(copies)));
+      CHECK_CUDA(cudaMemset(buf, 1, n16 * 16 * size_t(copies)));
+      double best = 1e30, like = 0;
+      char best_cfg[64] = "";
+      for (int per_sm : {1, 2, 4, 8})
+        for (int threads : {128, 256, 512})
+          for (int u : {4, 8}) {
+            if (per_sm * threads > 2048) continue;
+            const int blocks = per_sm * sms;
+            const double us = time_calls(
+                [&](int i) {
+                  const uint4* src = buf + n16 * size_t(i % copies);
+                  if (u == 4)
+                    read_kernel<4><<<blocks, threads>>>(src, n16, sink);
+                  else
+                    read_kernel<8><<<blocks, threads>>>(src, n16, sink);
+                },
+                20);
+            CHECK_CUDA(cudaGetLastError());
+            if (us < best) best = us, std::snprintf(best_cfg, sizeof best_cfg, "%d/SM x %d x %d", per_sm, threads, u);
+            if (per_sm == 4 && threads == 128 && u == 8) like = us;
+          }
+      const double t_min = double(bytes) / copy_bw * 1e6;
+      say("%5lldx%-6lld %4d %10.1f %9.1f %6.1f%%  %-24s %9.1f %6.1f%%\n", (long long)k, (long long)n, bits,
+          bytes / 1e6, best, 100.0 * t_min / best, best_cfg, like, 100.0 * t_min / like);
+      CHECK_CUDA(cudaFree(buf));
+    }
+  }
+  CHECK_CUDA(cudaFree(sink));
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  bool quick = false, sweep = false, check = false, timings = true, wgmma_diag = false, wgmma_list = false;
+  bool quick = false, sweep = false, check = false, timings = true, wgmma_diag = false, wgmma_list = false,
+       read_only = false;
   std::vector<std::pair<int64_t, int64_t>> shapes = {{4096, 6144}, {4096, 4096}, {4096, 28672}, {14336, 4096},
                                                      {8192, 10240}, {8192, 8192}, {8192, 57344}, {28672, 8192}};
   std::vector<int64_t> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096};
@@ -702,6 +785,7 @@ int main(int argc, char** argv) {
     else if (a == "--sweep") sweep = true;
     else if (a == "--check") check = true;
     else if (a == "--no-time") timings = false;
+    else if (a == "--read") read_only = true;
     else if (a == "--wgmma-diag")
       wgmma_diag = true;
     else if (a == "--wgmma-variants")
@@ -720,7 +804,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--wgmma-variants] "
+                   "usage: %s [--quick] [--sweep] [--check] [--no-time] [--wgmma-diag] [--wgmma-variants] [--read] "
                    "[--out FILE] [--shapes KxN,...] [--m M,...]\n",
                    argv[0]);
       return 1;
@@ -783,6 +867,11 @@ int main(int argc, char** argv) {
     say("measured: cuBLAS fp16 8192^3 %.0f TFLOP/s; PERF.md: 4.24 TB/s, 691 TFLOP/s\n", dev.flops / 1e12);
   }
   const double kBW = 4.24e12, kF = 691e12;  // PERF.md's ceilings (the roofline of the targets)
+  if (read_only) {
+    const int rc = run_read(shapes, dev.bw);
+    if (out_file) std::fclose(out_file);
+    return rc;
+  }
   if (wgmma_diag) {
     const int rc = run_wgmma_diag(shapes, ms);
     if (out_file) std::fclose(out_file);
