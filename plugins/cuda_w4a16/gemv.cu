@@ -29,9 +29,7 @@ struct GemvTile {
   static constexpr int kPitch = BN + 4;    // floats; rows 2 apart land 8 banks apart
 };
 
-// kPipe: two batches alternate, the next one's loads issued before the current one is computed
-// (so a warp has loads in flight while it computes), in the registers of one batch of 2U.
-template <class T, int NS, int MT8, int U_, bool kPipe>
+template <class T, int NS, int MT8, int U_>
 __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
   using O = Ops<T>;
   using TL = GemvTile<NS, MT8, U_>;
@@ -206,35 +204,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
     }
   };
   for (int d = 1; d < D; ++d) prefetch_batch(ub + d * U);
-  if constexpr (kPipe) {
-    // Two named batches (an array indexed at run time would live in local memory).
-    Batch b0, b1;
-    auto load = [&](int u, Batch& b) {
-      if (D > 0) prefetch_batch(u + D * U);
-      load_weights(u, ue, b);
-      load_xs(u, ue, b);
-    };
-    if (ub < ue) load_weights(ub, ue, b0);
-    grid_dependency_wait();
-    if (ub < ue) load_xs(ub, ue, b0);
-    for (int u = ub; u < ue; u += 2 * U) {
-      if (u + U < ue) load(u + U, b1);
-      compute_batch(u, ue, b0);
-      if (u + U >= ue) break;
-      if (u + 2 * U < ue) load(u + 2 * U, b0);
-      compute_batch(u + U, ue, b1);
-    }
-  } else {
-    for (int u = ub; u < ue; u += U) {
-      Batch b;
-      if (D > 0) prefetch_batch(u + D * U);
-      load_weights(u, ue, b);
-      if (u == ub) grid_dependency_wait();
-      load_xs(u, ue, b);
-      compute_batch(u, ue, b);
-    }
-    if (ub >= ue) grid_dependency_wait();
+  for (int u = ub; u < ue; u += U) {
+    Batch b;
+    if (D > 0) prefetch_batch(u + D * U);
+    load_weights(u, ue, b);
+    if (u == ub) grid_dependency_wait();
+    load_xs(u, ue, b);
+    compute_batch(u, ue, b);
   }
+  if (ub >= ue) grid_dependency_wait();
   grid_launch_dependents();  // the next kernel's blocks may now take the SMs this grid leaves
 
   // ---- sum the warps, then the splits; bias; store ----
@@ -284,20 +262,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch (stream order)
 }
 
-// GEMV variants:            id  NS MT8 U pipelined (units per strip per batch: 8 x 16 B per lane in
-// flight, 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers; v1p two
-// batches of 4 x 16 B, one loading while the other computes)
+// GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,
+// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers)
 #define NIBBLE_CUDA_GEMV_VARIANTS(X) \
-  X(kV1, 2, 1, 4, false)             \
-  X(kV2, 2, 2, 4, false)             \
-  X(kV4, 2, 4, 2, false)             \
-  X(kV2u2, 2, 2, 2, false)           \
-  X(kV1p, 2, 1, 2, true)
+  X(kV1, 2, 1, 4)                    \
+  X(kV2, 2, 2, 4)                    \
+  X(kV4, 2, 4, 2)                    \
+  X(kV2u2, 2, 2, 2)
 
-template <class T, int NS, int MT8, int U, bool P>
+template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   using TL = GemvTile<NS, MT8, U>;
-  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U, P>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U>;
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
   if (e != cudaSuccess) return e;
@@ -305,7 +281,7 @@ cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   return cudaSuccess;
 }
 
-template <class T, int NS, int MT8, int U, bool P>
+template <class T, int NS, int MT8, int U>
 cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
   using TL = GemvTile<NS, MT8, U>;
   cudaLaunchConfig_t cfg{};
@@ -317,7 +293,7 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = p.overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, P>, p);
+  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U>, p);
 }
 
 
@@ -325,19 +301,19 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
 
 cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms) {
   cudaError_t e = cudaSuccess;
-#define NIBBLE_SETUP_GEMV(id, NS, MT8, U, P)                                                              \
-  if ((e = setup_gemv<__half, NS, MT8, U, P>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
-  if ((e = setup_gemv<__nv_bfloat16, NS, MT8, U, P>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
+#define NIBBLE_SETUP_GEMV(id, NS, MT8, U)                                                              \
+  if ((e = setup_gemv<__half, NS, MT8, U>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
+  if ((e = setup_gemv<__nv_bfloat16, NS, MT8, U>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_SETUP_GEMV)
 #undef NIBBLE_SETUP_GEMV
   return cudaSuccess;
 }
 
 cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream) {
-#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U, P)                                  \
-  case kid:                                                                        \
-    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U, P>(p, splits, stream) \
-                           : launch_gemv<__nv_bfloat16, NS, MT8, U, P>(p, splits, stream);
+#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                  \
+  case kid:                                                                     \
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, stream) \
+                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, stream);
   switch (id) {
     NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)
     default: return cudaErrorInvalidValue;
