@@ -29,12 +29,8 @@ struct GemvTile {
   static constexpr int kPitch = BN + 4;    // floats; rows 2 apart land 8 banks apart
 };
 
-// kAsync: each warp's weights come through a ring of two batches in shared memory, copied with
-// 16-byte cp.async (which hold no registers while in flight), so that the next batch is on its
-// way while the current one is computed; records and x of the next batch load into registers
-// beside it.
-template <class T, int NS, int MT8, int U_, bool kAsync>
-__global__ void __launch_bounds__(kGemvWarps * 32, kAsync ? 4 : 0) w4a16_gemv_kernel(const GemmParams p) {
+template <class T, int NS, int MT8, int U_>
+__global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
   using O = Ops<T>;
   using TL = GemvTile<NS, MT8, U_>;
   constexpr int W = kGemvWarps, U = TL::U;
@@ -208,61 +204,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kAsync ? 4 : 0) w4a16_gemv_ke
     }
   };
   for (int d = 1; d < D; ++d) prefetch_batch(ub + d * U);
-  if constexpr (kAsync) {
-    __shared__ uint4 ring[W][2][U * NS][32];  // [warp][slot][unit, strip][lane]: each lane its own 16 B
-    auto issue = [&](int u, int slot, Batch& b) {  // the batch's weights into the ring, its records into b
-      if (D > 0) prefetch_batch(u + D * U);
-#pragma unroll
-      for (int j = 0; j < U; ++j)
-#pragma unroll
-        for (int ns = 0; ns < NS; ++ns)
-          cp_async16(smem_u32(&ring[warp][slot][j * NS + ns][lane]), wp + (int64_t(ns) * p.ku + min(u + j, ue - 1)) * 32,
-                     u + j < ue ? 16 : 0);
-      cp_async_commit();
-      records(u, b.sr, b.zb);
-    };
-    auto fill = [&](int slot, Batch& b) {  // this lane's own words back: no other lane's copies to wait for
-#pragma unroll
-      for (int j = 0; j < U; ++j)
-#pragma unroll
-        for (int ns = 0; ns < NS; ++ns) b.q[j][ns] = ring[warp][slot][j * NS + ns][lane];
-    };
-    Batch b0, b1;  // named (an array indexed at run time would live in local memory)
-    if (ub < ue) issue(ub, 0, b0);
-    grid_dependency_wait();
-    if (ub < ue) load_xs(ub, ue, b0);
-    for (int u = ub; u < ue; u += 2 * U) {
-      if (u + U < ue) {
-        issue(u + U, 1, b1);
-        load_xs(u + U, ue, b1);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      fill(0, b0);
-      compute_batch(u, ue, b0);
-      if (u + U >= ue) break;
-      if (u + 2 * U < ue) {
-        issue(u + 2 * U, 0, b0);
-        load_xs(u + 2 * U, ue, b0);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      fill(1, b1);
-      compute_batch(u + U, ue, b1);
-    }
-  } else {
-    for (int u = ub; u < ue; u += U) {
-      Batch b;
-      if (D > 0) prefetch_batch(u + D * U);
-      load_weights(u, ue, b);
-      if (u == ub) grid_dependency_wait();
-      load_xs(u, ue, b);
-      compute_batch(u, ue, b);
-    }
-    if (ub >= ue) grid_dependency_wait();
+  for (int u = ub; u < ue; u += U) {
+    Batch b;
+    if (D > 0) prefetch_batch(u + D * U);
+    load_weights(u, ue, b);
+    if (u == ub) grid_dependency_wait();
+    load_xs(u, ue, b);
+    compute_batch(u, ue, b);
   }
+  if (ub >= ue) grid_dependency_wait();
   grid_launch_dependents();  // the next kernel's blocks may now take the SMs this grid leaves
 
   // ---- sum the warps, then the splits; bias; store ----
@@ -312,20 +262,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32, kAsync ? 4 : 0) w4a16_gemv_ke
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch (stream order)
 }
 
-// GEMV variants:            id  NS MT8 U async (units per strip per batch: 8 x 16 B per lane in
-// flight, 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers; v1a v1's
-// batches through a shared-memory ring)
+// GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,
+// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers)
 #define NIBBLE_CUDA_GEMV_VARIANTS(X) \
-  X(kV1, 2, 1, 4, false)             \
-  X(kV2, 2, 2, 4, false)             \
-  X(kV4, 2, 4, 2, false)             \
-  X(kV2u2, 2, 2, 2, false)           \
-  X(kV1a, 2, 1, 4, true)
+  X(kV1, 2, 1, 4)                    \
+  X(kV2, 2, 2, 4)                    \
+  X(kV4, 2, 4, 2)                    \
+  X(kV2u2, 2, 2, 2)
 
-template <class T, int NS, int MT8, int U, bool A>
+template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   using TL = GemvTile<NS, MT8, U>;
-  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U, A>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U>;
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
   if (e != cudaSuccess) return e;
@@ -333,7 +281,7 @@ cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   return cudaSuccess;
 }
 
-template <class T, int NS, int MT8, int U, bool A>
+template <class T, int NS, int MT8, int U>
 cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
   using TL = GemvTile<NS, MT8, U>;
   cudaLaunchConfig_t cfg{};
@@ -345,7 +293,7 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = p.overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, A>, p);
+  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U>, p);
 }
 
 
@@ -353,19 +301,19 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
 
 cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms) {
   cudaError_t e = cudaSuccess;
-#define NIBBLE_SETUP_GEMV(id, NS, MT8, U, A)                                                              \
-  if ((e = setup_gemv<__half, NS, MT8, U, A>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
-  if ((e = setup_gemv<__nv_bfloat16, NS, MT8, U, A>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
+#define NIBBLE_SETUP_GEMV(id, NS, MT8, U)                                                              \
+  if ((e = setup_gemv<__half, NS, MT8, U>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
+  if ((e = setup_gemv<__nv_bfloat16, NS, MT8, U>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_SETUP_GEMV)
 #undef NIBBLE_SETUP_GEMV
   return cudaSuccess;
 }
 
 cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream) {
-#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U, A)                                  \
-  case kid:                                                                        \
-    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U, A>(p, splits, stream) \
-                           : launch_gemv<__nv_bfloat16, NS, MT8, U, A>(p, splits, stream);
+#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                  \
+  case kid:                                                                     \
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, stream) \
+                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, stream);
   switch (id) {
     NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)
     default: return cudaErrorInvalidValue;

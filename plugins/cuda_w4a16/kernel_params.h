@@ -22,7 +22,6 @@ enum KernelId : int32_t {
   kV2,
   kV4,
   kV2u2,
-  kV1a,
   kWg16,
   kWg32,
   kWg64,
