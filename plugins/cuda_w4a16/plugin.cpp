@@ -472,9 +472,12 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (!plan.declined.empty()) return fail(NIBBLE_OK, msg, cap, "declined (%s)", plan.declined.c_str());
     if (kd.family == Family::cublas) return fail(NIBBLE_OK, msg, cap, "cublas (dequantize + cublasGemmEx)");
     const KernelInfo& ki = facts.info[plan.kernel];
-    if (kd.family == Family::gemv)
-      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits, L2 prefetch %d batches ahead)",
-                  kd.name, ki.bn, ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, plan.prefetch);
+    if (kd.family == Family::gemv) {
+      const std::string prefetch =
+          plan.prefetch > 0 ? ", L2 prefetch " + std::to_string(plan.prefetch) + " batches ahead" : "";
+      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits%s)", kd.name, ki.bn,
+                  ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, prefetch.c_str());
+    }
     // The split fix-up's launches fall back to the last-arrival fix-up where the runtime refuses
     // them as cooperative launches: say so rather than name a path that did not run.
     std::string fixup = plan.split_fixup ? ", split fix-up" : "";
