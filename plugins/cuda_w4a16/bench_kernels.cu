@@ -443,6 +443,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
   CHECK_CUDA(setup_gemv_kernels(info, sms));
   CHECK_CUDA(setup_mma_kernels(info, sms));
   CHECK_CUDA(setup_wgmma_kernels(info, sms));
+  CHECK_CUDA(setup_gemv_bulk_kernels(info, sms));
   CHECK_CUDA(setup_wgmma_diag());
   const std::vector<DiagVariant> variants = diag_variants();  // parsed (and listed) in main already
   std::vector<DiagCell> cells;
@@ -523,7 +524,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
     facts.cc = device_cc;
     facts.info = info[0];
     facts.cublas = true;
-    facts.wgmma_built = true;
+    facts.sm90a_built = true;
 
     for (int64_t m : ms) {
       const KernelId id = m <= 16 ? kWg16 : m <= 64 ? kWg64 : kWg128;

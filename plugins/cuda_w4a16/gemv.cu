@@ -1,183 +1,43 @@
 // The streaming GEMV (small M) on mma.sync, sm_80 and newer. The packed layout it reads is
-// described in layout.h.
+// described in layout.h, the arithmetic of a warp in gemv_core.cuh.
 //
 // Nothing goes through shared memory on the way in: each warp streams its own contiguous K range
 // of NS strips with 16-byte non-caching loads straight into registers (U units of every strip in
-// flight), reads the scale and zero records and its x fragments through the read-only cache,
-// dequantizes exactly as the tiled kernel does (same Ops, same rounding) and issues the same mma.
-// The 4 warps of a block split the block's K range and sum through shared memory in warp order;
-// blocks along grid.y split K further and the last to arrive sums their fp32 partials in split
-// order (deterministic). This keeps the instruction count per weight far below a shared-memory
-// pipeline's, which is what bounds small M (docs/cuda.md has the measurements).
-#include <type_traits>
-
-#include "device_ops.cuh"
+// flight), with its x fragments and records, before it computes on them. This keeps the
+// instruction count per weight far below a shared-memory pipeline's, which is what bounds small M
+// (docs/cuda.md has the measurements); gemv_bulk.cu is the same arithmetic fed by a producer warp.
+#include "gemv_core.cuh"
 #include "kernels.h"
 
 namespace nibble::cuda {
 namespace {
 
-constexpr int kGemvWarps = 4;
-
-template <int NS, int MT8, int kU>
-struct GemvTile {
-  static constexpr int kThreads = kGemvWarps * 32;
-  static constexpr int BN = NS * kStripN;
-  static constexpr int BM = MT8 * 8;
-  // Units per strip per batch: U * NS * 16 B of weights per lane in flight.
-  static constexpr int U = kU;
-  static constexpr int kPitch = BN + 4;    // floats; rows 2 apart land 8 banks apart
-};
-
 template <class T, int NS, int MT8, int U_>
 __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
-  using O = Ops<T>;
   using TL = GemvTile<NS, MT8, U_>;
-  constexpr int W = kGemvWarps, U = TL::U;
-  __shared__ float red[W][TL::BM][TL::kPitch];
+  using Warp = GemvWarp<T, NS, MT8, U_>;
+  constexpr int U = TL::U;
+  __shared__ float red[TL::kWarps * TL::kRedFloats];
   __shared__ int s_last;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gid = lane >> 2, tig = lane & 3;
   const int nti = blockIdx.x, z = blockIdx.y, mti = blockIdx.z, splits = gridDim.y;
   const int s0 = nti * NS;
-  // K range of this block, then of this warp, in whole batches of U units (so that a batch lies
-  // in one group whenever G is a multiple of 32 * U); only the very last range may end short.
-  const int kbatches = (p.ku + U - 1) / U;
-  const int bb = int(int64_t(z) * kbatches / splits), be = int(int64_t(z + 1) * kbatches / splits);
-  const int ub = (bb + int(int64_t(be - bb) * warp / W)) * U;
-  const int ue = min(p.ku, (bb + int(int64_t(be - bb) * (warp + 1) / W)) * U);
+  int ub, ue;
+  gemv_warp_range<U>(p, z, splits, warp, &ub, &ue);
   const uint64_t policy = l2_policy(true);
   const uint4* wp = static_cast<const uint4*>(p.w) + int64_t(s0) * p.ku * 32 + lane;
+  Warp w(p, lane, s0, mti);
 
-  // This lane's rows of x for its B fragments (row mt*8 + gid of the m tile); rows past m read 0.
-  const T* xr[MT8];
-  bool xok[MT8];
-#pragma unroll
-  for (int mt = 0; mt < MT8; ++mt) {
-    const int m = mti * TL::BM + mt * 8 + gid;
-    xok[mt] = m < p.m;
-    xr[mt] = static_cast<const T*>(p.x) + int64_t(xok[mt] ? m : 0) * p.ldx + tig * 4;
-  }
-
-  float acc[NS][2][MT8][4];
-  for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) { acc[ns][nt][mt][c] = 0.f; });
-
-  // Scale and zero records of unit u for the NS strips (r = 0..3 of layout.h in each).
-  auto records = [&](int u, uint2 (&sr)[NS], uint32_t (&zb)[NS]) {
-    const int64_t rec0 = (int64_t(unit_group(u, p.g_magic)) * p.strips + s0) * 8 + gid;
-#pragma unroll
-    for (int ns = 0; ns < NS; ++ns) {
-      sr[ns] = __ldg(static_cast<const uint2*>(p.scale_rec) + rec0 + ns * 8);
-      zb[ns] = p.zero_rec ? __ldg(reinterpret_cast<const uint32_t*>(p.zero_rec) + rec0 + ns * 8) : 0x08080808u;
-    }
-  };
-  // B fragments of unit u (0 past m and kx, and for a unit past the warp's range: !valid).
-  auto load_x = [&](int u, bool valid, uint2 (&xb)[2][MT8]) {
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-      for (int mt = 0; mt < MT8; ++mt) {
-        const int64_t k = int64_t(u) * kUnitK + ks * 16;
-        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? __ldg(reinterpret_cast<const uint2*>(xr[mt] + k))
-                                                              : make_uint2(0u, 0u);
-      }
-  };
-  // The 4 words of one unit of one strip (k16 step ks, n16 half nt: q.x, q.y, q.z, q.w)
-  // dequantized and multiplied into c[nt][mt]: with the scale folded into the weights (s2: the
-  // record's scales as duplicated pairs) or as exact q - z (s2 unused).
-  auto strip_mma = [&](auto scaled, const uint4& q, const uint2 (&xb)[2][MT8], const uint32_t (&s2)[4],
-                       const uint32_t (&nz)[4], float (&c)[2][MT8][4]) {
-    const uint32_t words[2][2] = {{q.x, q.y}, {q.z, q.w}};
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        uint32_t a[4];
-        if constexpr (decltype(scaled)::value)
-          O::dequant(words[ks][nt], s2[2 * nt], s2[2 * nt + 1], nz[2 * nt], nz[2 * nt + 1], a);
-        else
-          O::dequant_unscaled(words[ks][nt], nz[2 * nt], nz[2 * nt + 1], a);
-#pragma unroll
-        for (int mt = 0; mt < MT8; ++mt) O::mma(c[nt][mt], a, xb[ks][mt].x, xb[ks][mt].y);
-      }
-  };
-  // One unit with the scale folded into the weights (the tiled kernel's arithmetic): for batches
-  // that straddle a group boundary (G < 32 * U, or act order's padded groups).
-  auto compute_scaled = [&](const uint4 (&q)[NS], const uint2 (&xb)[2][MT8], const uint2 (&sr)[NS],
-                            const uint32_t (&zb)[NS]) {
-#pragma unroll
-    for (int ns = 0; ns < NS; ++ns) {
-      uint32_t s2[4], nz[4];
-      s2[0] = prmt(sr[ns].x, sr[ns].x, 0x1010u);
-      s2[1] = prmt(sr[ns].x, sr[ns].x, 0x3232u);
-      s2[2] = prmt(sr[ns].y, sr[ns].y, 0x1010u);
-      s2[3] = prmt(sr[ns].y, sr[ns].y, 0x3232u);
-      O::zero_codes(zb[ns], nz);
-      strip_mma(std::true_type{}, q[ns], xb, s2, nz, acc[ns]);
-    }
-  };
-
-  // A batch: U consecutive units of the NS strips (U * NS * 16 bytes of weights per lane), their x
-  // fragments and the records of its first unit, all loaded before any is used.
-  struct Batch {
-    uint4 q[U][NS];
-    uint2 xb[U][2][MT8];
-    uint2 sr[NS];
-    uint32_t zb[NS];
-  };
-  // The weights and records of a batch (read-only since process_weights), then its x fragments.
-  auto load_weights = [&](int u, int ue, Batch& b) {
+  // The weights and records of a batch (read-only since process_weights); its x fragments are
+  // loaded after them (Warp::load_xs).
+  auto load_weights = [&](int u, int ue, typename Warp::Batch& b) {
 #pragma unroll
     for (int j = 0; j < U; ++j)
 #pragma unroll
       for (int ns = 0; ns < NS; ++ns)
         b.q[j][ns] = u + j < ue ? ld_stream(wp + (int64_t(ns) * p.ku + u + j) * 32, policy) : make_uint4(0u, 0u, 0u, 0u);
-    records(u, b.sr, b.zb);
-  };
-  auto load_xs = [&](int u, int ue, Batch& b) {
-#pragma unroll
-    for (int j = 0; j < U; ++j) {
-      if (u + j < ue) {
-        load_x(u + j, true, b.xb[j]);
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-          for (int mt = 0; mt < MT8; ++mt) b.xb[j][ks][mt] = make_uint2(0u, 0u);
-      }
-    }
-  };
-  // A batch inside one group (the usual case: batches are U-aligned and G = 128 is 4 units) is
-  // summed exactly as q - z into fresh fp32 accumulators and scaled once per batch: 16 fewer
-  // instructions per unit than folding the scale into every weight, and one rounding less.
-  auto compute_batch = [&](int u, int ue, const Batch& b) {
-    if (unit_group(u, p.g_magic) == unit_group(min(u + U, ue) - 1, p.g_magic)) {
-      const uint32_t unused[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int ns = 0; ns < NS; ++ns) {  // one strip at a time: fewer live registers
-        float part[2][MT8][4];
-        for_each_acc<1, MT8>([&](int, int nt, int mt, int c) { part[nt][mt][c] = 0.f; });
-        uint32_t nz[4];
-        O::zero_codes(b.zb[ns], nz);
-#pragma unroll
-        for (int j = 0; j < U; ++j) strip_mma(std::false_type{}, b.q[j][ns], b.xb[j], unused, nz, part);
-        const float2 s01 = O::scales(b.sr[ns].x), s23 = O::scales(b.sr[ns].y);
-        const float sc[4] = {s01.x, s01.y, s23.x, s23.y};  // r = 2 * nt + (c >> 1)
-        for_each_acc<1, MT8>([&](int, int nt, int mt, int c) {
-          acc[ns][nt][mt][c] = fmaf(sc[2 * nt + (c >> 1)], part[nt][mt][c], acc[ns][nt][mt][c]);
-        });
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < U; ++j) {
-        if (u + j >= ue) break;
-        uint2 sr[NS];
-        uint32_t zb[NS];
-        records(u + j, sr, zb);
-        compute_scaled(b.q[j], b.xb[j], sr, zb);
-      }
-    }
+    w.records(u, b.sr, b.zb);
   };
 
   // One batch at a time (double-buffering two batches costs twice the registers and so half the
@@ -205,61 +65,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
   };
   for (int d = 1; d < D; ++d) prefetch_batch(ub + d * U);
   for (int u = ub; u < ue; u += U) {
-    Batch b;
+    typename Warp::Batch b;
     if (D > 0) prefetch_batch(u + D * U);
     load_weights(u, ue, b);
     if (u == ub) grid_dependency_wait();
-    load_xs(u, ue, b);
-    compute_batch(u, ue, b);
+    w.load_xs(u, ue, b);
+    w.compute_batch(u, ue, b);
   }
   if (ub >= ue) grid_dependency_wait();
   grid_launch_dependents();  // the next kernel's blocks may now take the SMs this grid leaves
 
   // ---- sum the warps, then the splits; bias; store ----
-  for_each_acc<NS, MT8>([&](int ns, int nt, int mt, int c) {
-    int col, row;
-    acc_position(lane, nt, c, &col, &row);
-    red[warp][mt * 8 + row][ns * kStripN + col] = acc[ns][nt][mt][c];
-  });
+  w.template to_block_sum<TL::kRedFloats>(red, warp);
   __syncthreads();
-  const int m0 = mti * TL::BM, rows = min(TL::BM, p.m - m0);
-  const int64_t ldp = int64_t(p.strips) * kStripN;  // row pitch of the partials
-  T* y = static_cast<T*>(p.y);
-  const T* bias = static_cast<const T*>(p.bias);
-  auto store = [&](int r, int f, float v) {
-    const int n = s0 * kStripN + f;
-    if (n < p.n) y[int64_t(m0 + r) * p.n + n] = O::from_float(v + (bias ? O::to_float(bias[n]) : 0.f));
-  };
-  auto warp_sum = [&](int r, int f) {  // in warp order
-    float v = 0.f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) v += red[w][r][f];
-    return v;
-  };
-  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
-    const int r = o / TL::BN, f = o % TL::BN;
-    if (splits == 1)
-      store(r, f, warp_sum(r, f));
-    else
-      p.partials[(int64_t(z) * p.m + m0 + r) * ldp + s0 * kStripN + f] = warp_sum(r, f);
-  }
-  if (splits == 1) return;
-  __threadfence();
-  __syncthreads();
-  const int tile = mti * gridDim.x + nti;
-  if (threadIdx.x == 0) s_last = atomicAdd(&p.counters[tile], 1) == splits - 1;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  for (int o = threadIdx.x; o < rows * TL::BN; o += TL::kThreads) {
-    const int r = o / TL::BN, f = o % TL::BN;
-    const float* src = p.partials + int64_t(m0 + r) * ldp + s0 * kStripN + f;
-    float v = 0.f;
-#pragma unroll 4
-    for (int zz = 0; zz < splits; ++zz) v += __ldcg(src + int64_t(zz) * p.m * ldp);  // in split order
-    store(r, f, v);
-  }
-  if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch (stream order)
+  gemv_finish<T, NS, MT8, U, TL::kThreads, TL::kRedFloats>(p, red, &s_last);
 }
 
 // GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,

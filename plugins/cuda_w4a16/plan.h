@@ -36,6 +36,9 @@ extern const int kKernelTableSize;
 const KernelDesc* find_kernel(std::string_view name);
 /// The row of `id`.
 const KernelDesc& kernel_desc(KernelId id);
+/// Whether `d` is sm_90a code (it runs on compute capability 9.0 only, and is in a build only where
+/// nvcc_archs names 90): the wgmma kernels and the bulk-copy GEMV.
+bool sm90a_code(const KernelDesc& d);
 
 /// One row of the automatic choice. Bounds are inclusive; 0 as an upper bound means none.
 struct ChoiceRule {
@@ -54,7 +57,7 @@ struct DeviceFacts {
   int32_t cc = 0;                    ///< compute capability, major * 10 + minor
   const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
   bool cublas = false;               ///< cuBLAS loaded
-  bool wgmma_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
+  bool sm90a_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
 };
 
 /// What the plan knows of the layer (from its LayoutPlan).

@@ -42,13 +42,15 @@ struct FakeDevice {
     set(kWg32, 256, 32, 384, 1, 2);
     set(kWg64, 256, 64, 384, 1, 2);
     set(kWg128, 256, 128, 384, 1, 2);
+    set(kVb4, 64, 8, 160, 3, 4);
+    set(kVb3, 64, 8, 160, 4, 4);
   }
   DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
     DeviceFacts f;
     f.cc = cc;
     f.info = info;
     f.cublas = cublas;
-    f.wgmma_built = wgmma;
+    f.sm90a_built = wgmma;
     return f;
   }
 };
@@ -187,7 +189,7 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(64, 16), dev.facts(100, false), o, 64).declined ==
         "kernel wg64 runs on sm_90 only; the device is sm_100");
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, false), o, 64).declined ==
-        "kernel wg64 is not in this build (meson option nvcc_archs has no 90)");
+        "kernel wg64 is sm_90a code, not in this build (meson option nvcc_archs has no 90)");
   CHECK(make_plan(shape(64, 16), dev.facts(90, false, true), o, 64).declined.empty());
   // The x image is a wgmma launch's only: by default, and not with wgmma_x=copy.
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).x_image);
