@@ -443,7 +443,6 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
   CHECK_CUDA(setup_gemv_kernels(info, sms));
   CHECK_CUDA(setup_mma_kernels(info, sms));
   CHECK_CUDA(setup_wgmma_kernels(info, sms));
-  CHECK_CUDA(setup_gemv_bulk_kernels(info, sms));
   CHECK_CUDA(setup_wgmma_diag());
   const std::vector<DiagVariant> variants = diag_variants();  // parsed (and listed) in main already
   std::vector<DiagCell> cells;

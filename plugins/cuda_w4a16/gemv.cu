@@ -5,7 +5,7 @@
 // of NS strips with 16-byte non-caching loads straight into registers (U units of every strip in
 // flight), with its x fragments and records, before it computes on them. This keeps the
 // instruction count per weight far below a shared-memory pipeline's, which is what bounds small M
-// (docs/cuda.md has the measurements); gemv_bulk.cu is the same arithmetic fed by a producer warp.
+// (docs/cuda.md has the measurements, and the staged alternatives that measured slower).
 #include "gemv_core.cuh"
 #include "kernels.h"
 
@@ -13,7 +13,7 @@ namespace nibble::cuda {
 namespace {
 
 template <class T, int NS, int MT8, int U_>
-__global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmParams p) {
+__global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinBlocks)) w4a16_gemv_kernel(const GemmParams p) {
   using TL = GemvTile<NS, MT8, U_>;
   using Warp = GemvWarp<T, NS, MT8, U_>;
   constexpr int U = TL::U;
@@ -31,12 +31,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) w4a16_gemv_kernel(const GemmP
 
   // The weights and records of a batch (read-only since process_weights); its x fragments are
   // loaded after them (Warp::load_xs).
+  // A whole batch (U units before ue) loads with constant offsets from one address and no checks.
+  const int64_t strip_pitch = int64_t(p.ku) * 32;  // uint4 from one strip to the next
   auto load_weights = [&](int u, int ue, typename Warp::Batch& b) {
+    const uint4* wu = wp + int64_t(u) * 32;
+    if (MT8 == 1 && u + U <= ue) {  // (gemv_core.cuh: GemvWarp::whole says why MT8 == 1)
 #pragma unroll
-    for (int j = 0; j < U; ++j)
+      for (int j = 0; j < U; ++j)
 #pragma unroll
-      for (int ns = 0; ns < NS; ++ns)
-        b.q[j][ns] = u + j < ue ? ld_stream(wp + (int64_t(ns) * p.ku + u + j) * 32, policy) : make_uint4(0u, 0u, 0u, 0u);
+        for (int ns = 0; ns < NS; ++ns) b.q[j][ns] = ld_stream(wu + ns * strip_pitch + j * 32, policy);
+    } else {
+#pragma unroll
+      for (int j = 0; j < U; ++j)
+#pragma unroll
+        for (int ns = 0; ns < NS; ++ns)
+          b.q[j][ns] = u + j < ue ? ld_stream(wu + ns * strip_pitch + j * 32, policy) : make_uint4(0u, 0u, 0u, 0u);
+    }
     w.records(u, b.sr, b.zb);
   };
 

@@ -1,6 +1,5 @@
-// The arithmetic of the streaming GEMV (small M), shared by its two kernels: gemv.cu, where each
-// warp loads its weights straight into registers, and gemv_bulk.cu (sm_90a), where a producer warp
-// copies them into a shared-memory ring for the compute warps. The packed layout is layout.h's.
+// The arithmetic of the streaming GEMV (small M), kept apart from gemv.cu's kernel, which owns how
+// the weights reach the registers. The packed layout is layout.h's.
 //
 // A compute warp owns a contiguous K range of NS strips, walked in batches of U units: the x
 // fragments and the scale / zero records of a batch are read through the read-only cache, the
@@ -28,6 +27,9 @@ struct GemvTile {
   static constexpr int U = kU;
   static constexpr int kPitch = BN + 4;  // floats; rows 2 apart land 8 banks apart
   static constexpr int kRedFloats = BM * kPitch;  // one warp's part of the block sum
+  // Blocks per SM that v1 and v2u2 are meant to fit (4: at most 128 registers, which ptxas exceeds
+  // by a few for some of them on sm_80 unless told); 0 = no bound for the others.
+  static constexpr int kMinBlocks = (MT8 == 1 || (MT8 == 2 && U == 2)) ? 4 : 0;
 };
 
 // The K range [*ub, *ue) in units of compute warp `warp` of the block at split z: the block's
@@ -95,8 +97,28 @@ struct GemvWarp {
                                                               : make_uint2(0u, 0u);
       }
   }
-  // The x fragments of a batch (zero for units at or past ue).
+  // Whether the batch at u is whole: U units inside the range [.., ue) and inside x's columns, so
+  // that its loads need no bounds checks (every batch but a range's last, in the usual case).
+  // Only the one-m-tile kernels take this path: with more rows of x the second copy of the loads
+  // costs the wider kernels 30-50 registers (ptxas, nvcc 13.0).
+  __device__ __forceinline__ bool whole(int u, int ue) const {
+    return MT8 == 1 && u + U <= ue && int64_t(u + U) * kUnitK <= p.kx;
+  }
+  // The x fragments of a batch (zero for units at or past ue). A whole batch loads from one base
+  // address per row with constant offsets and no checks but the row's.
   __device__ __forceinline__ void load_xs(int u, int ue, Batch& b) const {
+    if (MT8 == 1 && whole(u, ue)) {
+#pragma unroll
+      for (int mt = 0; mt < MT8; ++mt) {
+        const uint2* base = reinterpret_cast<const uint2*>(xr[mt] + int64_t(u) * kUnitK);
+#pragma unroll
+        for (int j = 0; j < U; ++j)
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks)  // element j * 32 + ks * 16: uint2 j * 8 + ks * 4
+            b.xb[j][ks][mt] = xok[mt] ? __ldg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
+      }
+      return;
+    }
 #pragma unroll
     for (int j = 0; j < U; ++j) {
       if (u + j < ue) {

@@ -26,13 +26,11 @@ enum KernelId : int32_t {
   kWg32,
   kWg64,
   kWg128,
-  kVb4,
-  kVb3,
   kNumKernels,
   kCublas = kNumKernels
 };
 
-/// Compute warps per block of every GEMV kernel (the bulk-copy GEMV adds one producer warp).
+/// Compute warps per block of every GEMV kernel (each owns a slice of the block's K range).
 constexpr int32_t kGemvWarps = 4;
 
 /// What kernel setup reads off the device for one kernel (per activation dtype).

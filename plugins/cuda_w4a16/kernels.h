@@ -1,5 +1,5 @@
 // Host-side view of the cuda_w4a16 kernels: setup and launchers, one group per kernel file
-// (gemv.cu, gemv_bulk.cu, mma_sync.cu, wgmma.cu, prep.cu). Used by plugin.cpp; the packed layout these kernels read is
+// (gemv.cu, mma_sync.cu, wgmma.cu, prep.cu). Used by plugin.cpp; the packed layout these kernels read is
 // described in layout.h, the parameter block in kernel_params.h.
 #pragma once
 
@@ -13,8 +13,7 @@ namespace nibble::cuda {
 
 /// Variant names, indexed by KernelId (the plan's kernel table uses the same).
 inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2",   "s4",   "s8",   "l",    "v1",   "v2",
-                                                          "v4", "v2u2", "wg16", "wg32", "wg64", "wg128",
-                                                          "vb4", "vb3"};
+                                                          "v4", "v2u2", "wg16", "wg32", "wg64", "wg128"};
 
 /// Kernel setup of each file on the current device: shared-memory limits, tiles and occupancy
 /// into info[act][id] (act 0: f16, 1: bf16) for the kernels of that file. `sms` = SM count.
@@ -24,14 +23,9 @@ cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 /// define NIBBLE_CUDA_WGMMA (nvcc_archs names 90).
 cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 
-/// The bulk-copy GEMV kernels (gemv_bulk.cu), under the same conditions as setup_wgmma_kernels.
-cudaError_t setup_gemv_bulk_kernels(KernelInfo (*info)[kNumKernels], int sms);
-
 /// The GEMV variants (kV1, kV2, kV4, kV2u2) on m_tiles x n_tiles x `splits` blocks, `splits`
 /// (<= ku, <= 65535) splitting K.
 cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream);
-/// The bulk-copy GEMV variants (kVb4, kVb3), launched as launch_gemv_kernel's.
-cudaError_t launch_gemv_bulk_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream);
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.

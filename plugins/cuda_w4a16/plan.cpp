@@ -31,8 +31,6 @@ const KernelDesc kKernelTable[] = {
     {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
     {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
     {"wg128", kWg128, Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 128"},
-    {"vb4", kVb4, Family::gemv, 90, 90, 0, "sm_90a streaming GEMV, 64 x 8 rows: a producer warp bulk-copies each compute warp's batches into its 4-stage shared-memory ring"},
-    {"vb3", kVb3, Family::gemv, 90, 90, 0, "sm_90a streaming GEMV, 64 x 8 rows, 3-stage rings, 4 blocks per SM"},
     {"cublas", kCublas, Family::cublas, 80, kAnyCc, 0, "dequantize to a dense temporary, then cublasGemmEx"},
 };
 // clang-format on
@@ -257,7 +255,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
     // least is used, with at least one batch per warp (or `min_stages` batches if set).
     const int64_t tiles = int64_t(plan.m_tiles) * plan.n_tiles;
     const int64_t batches = (s.ku + ki.step_units - 1) / ki.step_units;
-    const int64_t warps = kGemvWarps;  // compute warps (the bulk-copy GEMV's producer takes no K)
+    const int64_t warps = kGemvWarps;
     if (o.min_stages > 0) {
       plan.grid = int32_t(std::clamp<int64_t>(batches / (warps * o.min_stages), 1, 65535));
       return;

@@ -37,7 +37,7 @@ const KernelDesc* find_kernel(std::string_view name);
 /// The row of `id`.
 const KernelDesc& kernel_desc(KernelId id);
 /// Whether `d` is sm_90a code (it runs on compute capability 9.0 only, and is in a build only where
-/// nvcc_archs names 90): the wgmma kernels and the bulk-copy GEMV.
+/// nvcc_archs names 90): the wgmma kernels.
 bool sm90a_code(const KernelDesc& d);
 
 /// One row of the automatic choice. Bounds are inclusive; 0 as an upper bound means none.

@@ -119,7 +119,6 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
     if (d.error == cudaSuccess) d.error = setup_mma_kernels(d.info, d.sms);
 #if defined(NIBBLE_CUDA_WGMMA)
     if (d.error == cudaSuccess && d.cc == 90) d.error = setup_wgmma_kernels(d.info, d.sms);
-    if (d.error == cudaSuccess && d.cc == 90) d.error = setup_gemv_bulk_kernels(d.info, d.sms);
 #endif
     d.ready = true;
   }
@@ -426,12 +425,6 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     switch (kd.family) {
       case Family::gemv:
         gp.prefetch = uint8_t(plan.prefetch);
-#if defined(NIBBLE_CUDA_WGMMA)
-        if (sm90a_code(kd)) {
-          e = launch_gemv_bulk_kernel(plan.kernel, p.act, gp, plan.grid, stream);
-          break;
-        }
-#endif
         e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, stream);
         break;
       case Family::mma:

@@ -42,8 +42,6 @@ struct FakeDevice {
     set(kWg32, 256, 32, 384, 1, 2);
     set(kWg64, 256, 64, 384, 1, 2);
     set(kWg128, 256, 128, 384, 1, 2);
-    set(kVb4, 64, 8, 160, 3, 4);
-    set(kVb3, 64, 8, 160, 4, 4);
   }
   DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
     DeviceFacts f;
