@@ -153,6 +153,23 @@ struct Ops<__half> {
     a[2] = hadd2_f16(lop3_and_or(q8, 0x000f000fu, kMagic), nz_lo);
     a[3] = hfma2_f16(lop3_and_or(q8, 0x00f000f0u, kMagic), kSixteenth, nz_hi);
   }
+  // 8-bit codes from both nibble planes (layout.h, planes8_bytes): zero points z = 16 zh + zl as
+  // -(1024 + z) pairs for every r, and the words lo, hi of a unit pair -> a0..a3 as exactly
+  // q - z (1024 + q by PRMT, minus 1024 + z: |q - z| < 256 is exact in fp16).
+  __device__ static void zero_codes8(uint32_t zbytes, uint32_t (&nz)[4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) nz[r] = prmt(zbytes, 0u, 0x4040u | uint32_t(r) | (uint32_t(r) << 8)) | 0xE400E400u;
+  }
+  __device__ static void dequant8_unscaled(uint32_t lo, uint32_t hi, uint32_t nz_lo, uint32_t nz_hi,
+                                           uint32_t (&a)[4]) {
+    constexpr uint32_t kMagic = 0x64646464u;
+    uint32_t even, odd;
+    planes8_bytes(lo, hi, &even, &odd);
+    a[0] = hadd2_f16(prmt(even, kMagic, planes8_sel(0)), nz_lo);
+    a[1] = hadd2_f16(prmt(odd, kMagic, planes8_sel(1)), nz_hi);
+    a[2] = hadd2_f16(prmt(even, kMagic, planes8_sel(2)), nz_lo);
+    a[3] = hadd2_f16(prmt(odd, kMagic, planes8_sel(3)), nz_hi);
+  }
   // The two scales of a record pair as floats (lower half first).
   __device__ static float2 scales(uint32_t pair) {
     __half2_raw r;

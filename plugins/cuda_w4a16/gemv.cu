@@ -12,7 +12,9 @@
 namespace nibble::cuda {
 namespace {
 
-template <class T, int NS, int MT8, int U_>
+// kP8: an 8-bit layer's two nibble planes in one pass (fp16 only; GemvWarp::records8 and
+// compute_batch8), the same packed data as every plane on its own.
+template <class T, int NS, int MT8, int U_, bool kP8>
 __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinBlocks)) w4a16_gemv_kernel(const GemmParams p) {
   using TL = GemvTile<NS, MT8, U_>;
   using Warp = GemvWarp<T, NS, MT8, U_>;
@@ -23,16 +25,45 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nti = blockIdx.x, z = blockIdx.y, mti = blockIdx.z, splits = gridDim.y;
   const int s0 = nti * NS;
-  int ub, ue;
-  gemv_warp_range<U>(p, z, splits, warp, &ub, &ue);
   const uint64_t policy = l2_policy(true);
   const uint4* wp = static_cast<const uint4*>(p.w) + int64_t(s0) * p.ku * 32 + lane;
   Warp w(p, lane, s0, mti);
 
-  // The weights and records of a batch (read-only since process_weights); its x fragments are
-  // loaded after them (Warp::load_xs).
-  // A whole batch (U units before ue) loads with constant offsets from one address and no checks.
   const int64_t strip_pitch = int64_t(p.ku) * 32;  // uint4 from one strip to the next
+
+  if constexpr (kP8) {
+    // Up units of each plane per batch, the same bytes as U units of one. Warps split the real
+    // layer's units (half of ku); real unit r of real group g is the low plane's unit
+    // lo = r + g * upg, its high twin lo + upg. upg (even) comes back from g_magic =
+    // floor(2^32 / upg) + 1 exactly (upg < 2^16). Every batch is whole: ku / 2 is a multiple of Up.
+    constexpr int Up = U / 2;
+    const int upg = int((uint64_t(1) << 32) / (p.g_magic - 1));
+    int rb, re;
+    gemv_warp_range<Up>(p.ku >> 1, z, splits, warp, &rb, &re);
+    for (int r = rb; r < re; r += Up) {
+      const int lo = r + unit_group(r, p.g_magic) * upg;
+      typename Warp::Batch b;
+      const uint4* wl = wp + int64_t(lo) * 32;
+      const uint4* wh = wl + int64_t(upg) * 32;
+#pragma unroll
+      for (int j = 0; j < Up; ++j)
+#pragma unroll
+        for (int ns = 0; ns < NS; ++ns) {
+          b.q[j][ns] = ld_stream(wl + ns * strip_pitch + j * 32, policy);
+          b.q[Up + j][ns] = ld_stream(wh + ns * strip_pitch + j * 32, policy);
+        }
+      w.records8(lo, b.sr, b.zb);
+      if (r == rb) grid_dependency_wait();
+      w.template load_xs_whole<Up>(lo, b);
+      w.template compute_batch8<Up>(b);
+    }
+    if (rb >= re) grid_dependency_wait();
+  } else {
+  int ub, ue;
+  gemv_warp_range<U>(p.ku, z, splits, warp, &ub, &ue);
+  // The weights and records of a batch (read-only since process_weights); its x fragments are
+  // loaded after them (Warp::load_xs). A whole batch (U units before ue) loads with constant
+  // offsets from one address and no checks.
   auto load_weights = [&](int u, int ue, typename Warp::Batch& b) {
     const uint4* wu = wp + int64_t(u) * 32;
     if (MT8 == 1 && u + U <= ue) {  // (gemv_core.cuh: GemvWarp::whole says why MT8 == 1)
@@ -83,6 +114,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
     w.compute_batch(u, ue, b);
   }
   if (ub >= ue) grid_dependency_wait();
+  }
   grid_launch_dependents();  // the next kernel's blocks may now take the SMs this grid leaves
 
   // ---- sum the warps, then the splits; bias; store ----
@@ -99,10 +131,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
   X(kV4, 2, 4, 2)                    \
   X(kV2u2, 2, 2, 2)
 
+// The one-pass 8-bit instance exists for fp16 and one m tile (v1).
+template <class T, int MT8>
+constexpr bool kHasP8 = std::is_same_v<T, __half> && MT8 == 1;
+
 template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   using TL = GemvTile<NS, MT8, U>;
-  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U, false>;
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
   if (e != cudaSuccess) return e;
@@ -111,7 +147,7 @@ cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
 }
 
 template <class T, int NS, int MT8, int U>
-cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
+cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, cudaStream_t stream) {
   using TL = GemvTile<NS, MT8, U>;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(p.n_tiles), unsigned(splits), unsigned(p.m_tiles));
@@ -122,7 +158,9 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = p.overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U>, p);
+  if constexpr (kHasP8<T, MT8>)
+    if (planes8) return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, true>, p);
+  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, false>, p);
 }
 
 
@@ -138,11 +176,13 @@ cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms) {
   return cudaSuccess;
 }
 
-cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream) {
-#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                  \
-  case kid:                                                                     \
-    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, stream) \
-                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, stream);
+cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, bool planes8,
+                               cudaStream_t stream) {
+  if (planes8 && !gemv_has_planes8(id, act)) return cudaErrorInvalidValue;
+#define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                           \
+  case kid:                                                                              \
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, planes8, stream) \
+                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, planes8, stream);
   switch (id) {
     NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)
     default: return cudaErrorInvalidValue;

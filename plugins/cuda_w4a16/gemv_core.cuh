@@ -32,16 +32,16 @@ struct GemvTile {
   static constexpr int kMinBlocks = (MT8 == 1 || (MT8 == 2 && U == 2)) ? 4 : 0;
 };
 
-// The K range [*ub, *ue) in units of compute warp `warp` of the block at split z: the block's
-// range in whole batches of U units, cut in kGemvWarps (so that a batch lies in one group whenever
-// G is a multiple of 32 * U); only the very last range may end short.
+// The K range [*ub, *ue) of `units` units that compute warp `warp` of the block at split z owns:
+// the block's range in whole batches of U units, cut in kGemvWarps (so that a batch lies in one
+// group whenever G is a multiple of 32 * U); only the very last range may end short.
 template <int U>
-__device__ __forceinline__ void gemv_warp_range(const GemmParams& p, int z, int splits, int warp, int* ub, int* ue) {
+__device__ __forceinline__ void gemv_warp_range(int units, int z, int splits, int warp, int* ub, int* ue) {
   constexpr int W = kGemvWarps;
-  const int kbatches = (p.ku + U - 1) / U;
+  const int kbatches = (units + U - 1) / U;
   const int bb = int(int64_t(z) * kbatches / splits), be = int(int64_t(z + 1) * kbatches / splits);
   *ub = (bb + int(int64_t(be - bb) * warp / W)) * U;
-  *ue = min(p.ku, (bb + int(int64_t(be - bb) * (warp + 1) / W)) * U);
+  *ue = min(units, (bb + int(int64_t(be - bb) * (warp + 1) / W)) * U);
 }
 
 // One compute warp: its rows of x, its accumulators, and the steps of a batch.
@@ -97,6 +97,20 @@ struct GemvWarp {
                                                               : make_uint2(0u, 0u);
       }
   }
+  // The x fragments of units u .. u + N - 1 into b.xb[0 .. N - 1], all inside x's columns: from one
+  // base address per row with constant offsets.
+  template <int N>
+  __device__ __forceinline__ void load_xs_whole(int u, Batch& b) const {
+#pragma unroll
+    for (int mt = 0; mt < MT8; ++mt) {
+      const uint2* base = reinterpret_cast<const uint2*>(xr[mt] + int64_t(u) * kUnitK);
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)  // element j * 32 + ks * 16: uint2 j * 8 + ks * 4
+          b.xb[j][ks][mt] = xok[mt] ? __ldg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
+    }
+  }
   // Whether the batch at u is whole: U units inside the range [.., ue) and inside x's columns, so
   // that its loads need no bounds checks (every batch but a range's last, in the usual case).
   // Only the one-m-tile kernels take this path: with more rows of x the second copy of the loads
@@ -108,15 +122,7 @@ struct GemvWarp {
   // address per row with constant offsets and no checks but the row's.
   __device__ __forceinline__ void load_xs(int u, int ue, Batch& b) const {
     if (MT8 == 1 && whole(u, ue)) {
-#pragma unroll
-      for (int mt = 0; mt < MT8; ++mt) {
-        const uint2* base = reinterpret_cast<const uint2*>(xr[mt] + int64_t(u) * kUnitK);
-#pragma unroll
-        for (int j = 0; j < U; ++j)
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks)  // element j * 32 + ks * 16: uint2 j * 8 + ks * 4
-            b.xb[j][ks][mt] = xok[mt] ? __ldg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
-      }
+      load_xs_whole<U>(u, b);
       return;
     }
 #pragma unroll
@@ -197,6 +203,55 @@ struct GemvWarp {
         records(u + j, sr, zb);
         compute_scaled(b.q[j], b.xb[j], sr, zb);
       }
+    }
+  }
+
+  // ---- 8-bit layers with both nibble planes in one pass (fp16; layout.h, planes8_bytes) ----
+  // A batch holds Up units of each plane: b.q[j] the low plane's unit lo + j, b.q[Up + j] the high
+  // plane's twin hi + j (hi = lo + upg, the next packed group), b.xb[j] their x (both planes read
+  // the same x), b.sr the low plane's scales s (the high plane's are 16 s) and b.zb the zero points
+  // z = 16 zh + zl of the two planes' records.
+  __device__ __forceinline__ void records8(int lo, uint2 (&sr)[NS], uint32_t (&zb)[NS]) const {
+    const int64_t rl = (int64_t(unit_group(lo, p.g_magic)) * p.strips + s0) * 8 + gid;
+    const int64_t rh = rl + int64_t(p.strips) * 8;  // the next group's record
+    const uint32_t* zr = reinterpret_cast<const uint32_t*>(p.zero_rec);
+#pragma unroll
+    for (int ns = 0; ns < NS; ++ns) {
+      sr[ns] = __ldg(static_cast<const uint2*>(p.scale_rec) + rl + ns * 8);
+      zb[ns] = __ldg(zr + rl + ns * 8) | (__ldg(zr + rh + ns * 8) << 4);  // zl, zh < 16 per byte
+    }
+  }
+  // Exactly q - z per code, summed per batch in fp32 and scaled once by s (a batch lies in one
+  // real group: the host takes this path only where upg is a multiple of Up).
+  template <int Up>
+  __device__ __forceinline__ void compute_batch8(const Batch& b) {
+    static_assert(2 * Up <= U, "a batch holds Up units of each plane");
+#pragma unroll
+    for (int ns = 0; ns < NS; ++ns) {
+      float part[2][MT8][4];
+      for_each_acc<1, MT8>([&](int, int nt, int mt, int c) { part[nt][mt][c] = 0.f; });
+      uint32_t nz[4];
+      O::zero_codes8(b.zb[ns], nz);
+#pragma unroll
+      for (int j = 0; j < Up; ++j) {
+        const uint4& ql = b.q[j][ns];
+        const uint4& qh = b.q[Up + j][ns];
+        const uint32_t lo[2][2] = {{ql.x, ql.y}, {ql.z, ql.w}}, hi[2][2] = {{qh.x, qh.y}, {qh.z, qh.w}};
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            uint32_t a[4];
+            O::dequant8_unscaled(lo[ks][nt], hi[ks][nt], nz[2 * nt], nz[2 * nt + 1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT8; ++mt) O::mma(part[nt][mt], a, b.xb[j][ks][mt].x, b.xb[j][ks][mt].y);
+          }
+      }
+      const float2 s01 = O::scales(b.sr[ns].x), s23 = O::scales(b.sr[ns].y);
+      const float sc[4] = {s01.x, s01.y, s23.x, s23.y};
+      for_each_acc<1, MT8>([&](int, int nt, int mt, int c) {
+        acc[ns][nt][mt][c] = fmaf(sc[2 * nt + (c >> 1)], part[nt][mt][c], acc[ns][nt][mt][c]);
+      });
     }
   }
 

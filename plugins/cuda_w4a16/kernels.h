@@ -24,8 +24,13 @@ cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 
 /// The GEMV variants (kV1, kV2, kV4, kV2u2) on m_tiles x n_tiles x `splits` blocks, `splits`
-/// (<= ku, <= 65535) splitting K.
-cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, cudaStream_t stream);
+/// (<= ku, <= 65535) splitting K. planes8: the layer is an 8-bit layer as nibble planes, with
+/// zero points and groups of an even number of units (g_eff a multiple of 64), and both planes
+/// of each code are dequantized in one pass (gemv_core.cuh); only where gemv_has_planes8.
+cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, bool planes8,
+                               cudaStream_t stream);
+/// Whether kernel `id` has the one-pass 8-bit instance for `act` (v1, fp16).
+inline bool gemv_has_planes8(KernelId id, Act act) { return id == kV1 && act == Act::f16; }
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.

@@ -78,6 +78,20 @@ NIBBLE_HD void unit_nibble_position(int lane, int w, int j, int* row, int* col) 
   *col = 16 * nt + gid + 8 * (jj & 1);
 }
 
+/// 8-bit layers run as two nibble planes (plugins/common/nibble_planes.h): the low nibbles of real
+/// group g are packed group 2g, its high nibbles group 2g + 1, so a unit's twin of the other plane
+/// is upg units on (upg = g_eff / 32) at the same positions. The fp16 GEMV combines the two words
+/// `lo` and `hi` of a lane into the codes q = 16 h + l as bytes: byte b of *even holds the code of
+/// nibble position 2b, byte b of *odd that of 2b + 1 (one shift and one LOP3 each).
+NIBBLE_HD void planes8_bytes(uint32_t lo, uint32_t hi, uint32_t* even, uint32_t* odd) {
+  *even = (lo & 0x0f0f0f0fu) | ((hi << 4) & 0xf0f0f0f0u);
+  *odd = ((lo >> 4) & 0x0f0f0f0fu) | (hi & 0xf0f0f0f0u);
+}
+/// PRMT selectors that make A register a_jj (nibble jj its lower element, jj + 4 its upper) from
+/// those bytes and 0x64 high bytes: the fp16 pair 1024 + q (exact: q < 256). a_jj takes bytes
+/// jj >> 1 and (jj >> 1) + 2 of *even (jj even) or *odd (jj odd).
+NIBBLE_HD constexpr uint32_t planes8_sel(int jj) { return jj < 2 ? 0x4240u : 0x4341u; }
+
 /// Column (0..31 within the strip) of entry r (0..3) of the scale / zero record of `gid`.
 NIBBLE_HD int record_col(int gid, int r) { return 16 * (r >> 1) + gid + 8 * (r & 1); }
 

@@ -427,6 +427,36 @@ int main() {
       }
   for (int v : seen) bad += v != 1;
   std::printf("unit coverage: %s\n", bad ? "FAIL" : "ok");
+  {
+    // 8-bit layers' two nibble planes in one pass (layout.h: planes8_bytes, planes8_sel;
+    // Ops<__half>::zero_codes8 and dequant8_unscaled transcribed): every element of every a_jj is
+    // exactly q - z, q = 16 h + l from the nibble at its position in the high and low words, z =
+    // 16 zh + zl from the zero bytes of its row.
+    std::mt19937 rng(7);
+    const Dt t{false};
+    int p8bad = 0;
+    for (int it = 0; it < 20000; ++it) {
+      const uint32_t lo = rng(), hi = rng(), zl = rng() & 0x0f0f0f0fu, zh = rng() & 0x0f0f0f0fu;
+      const uint32_t zb = zl | (zh << 4);
+      uint32_t nz[4];
+      for (int r = 0; r < 4; ++r) nz[r] = prmt(zb, 0u, 0x4040u | uint32_t(r) | (uint32_t(r) << 8)) | 0xE400E400u;
+      uint32_t even, odd;
+      planes8_bytes(lo, hi, &even, &odd);
+      for (int nt = 0; nt < 2; ++nt)
+        for (int jj = 0; jj < 4; ++jj) {
+          const int r = 2 * nt + (jj & 1);  // record entry of a_jj's row (as dequant's nz_lo / nz_hi)
+          const uint32_t a = pair_op(t, prmt((jj & 1) ? odd : even, 0x64646464u, planes8_sel(jj)), nz[r], 0, 0);
+          for (int h = 0; h < 2; ++h) {
+            const int pos = jj + 4 * h;  // nibble of the element (layout.h, "Inside a word")
+            const int q = int((hi >> (4 * pos)) & 15) * 16 + int((lo >> (4 * pos)) & 15);
+            const int z = int((zb >> (8 * r)) & 0xff);
+            p8bad += t.dec(uint16_t(a >> (16 * h))) != float(q - z);
+          }
+        }
+    }
+    std::printf("8-bit planes in one pass: %s\n", p8bad ? "FAIL" : "ok");
+    bad += p8bad;
+  }
   uint64_t seed = 1;
   for (bool bf16 : {false, true})
     for (bool zp : {false, true}) {

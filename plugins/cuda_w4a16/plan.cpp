@@ -183,8 +183,17 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.gemv_prefetch = int32_t(n);
     return NIBBLE_OK;
   }
+  if (key == "gemv_planes8") {
+    if (value != "0" && value != "1") {
+      *why = "gemv_planes8: expected 0 or 1, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.gemv_planes8 = value == "1";
+    return NIBBLE_OK;
+  }
   *why = "unknown option '" + std::string(key) +
-         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch)";
+         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch, "
+         "gemv_planes8)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -202,6 +211,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PLANES8")) set_plan_option(o, "gemv_planes8", v, true, &ignored);
   return o;
 }
 
@@ -249,6 +259,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     plan.prefetch = o.gemv_prefetch;
+    plan.planes8 = o.gemv_planes8;
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
     // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the

@@ -178,6 +178,16 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
   return f;
 }
 
+// Whether the GEMV runs an 8-bit layer's two nibble planes in one pass (launch_gemv_kernel's
+// planes8): allowed by the options (gemv_planes8), v1 with fp16, zero points (every 8-bit layer has them as planes), x gathered through
+// the planes' x map (every column valid), groups of an even number of units below 2^16, and no L2
+// prefetch (an option of the plane-by-plane loop).
+bool planes8_pass(const Prepared& p, const Plan& plan) {
+  const int64_t upg = p.lp.g_eff / kUnitK;
+  return plan.planes8 && p.spec.bits == 8 && gemv_has_planes8(plan.kernel, p.act) && p.zero_rec.p && p.x_map.p &&
+         p.lp.perm.empty() && upg % 2 == 0 && upg < (1 << 16) && plan.prefetch == 0;
+}
+
 // ---- per-stream workspace --------------------------------------------------------------------------
 
 // Scratch that apply() needs on a stream: gathered x, the wgmma kernels' x image, stream-K partial
@@ -425,7 +435,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     switch (kd.family) {
       case Family::gemv:
         gp.prefetch = uint8_t(plan.prefetch);
-        e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, stream);
+        e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, planes8_pass(p, plan), stream);
         break;
       case Family::mma:
         e = launch_mma(plan.kernel, p.act, gp, plan.grid, stream);
@@ -475,8 +485,9 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv) {
       const std::string prefetch =
           plan.prefetch > 0 ? ", L2 prefetch " + std::to_string(plan.prefetch) + " batches ahead" : "";
-      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits%s)", kd.name, ki.bn,
-                  ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, prefetch.c_str());
+      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits%s%s)", kd.name, ki.bn,
+                  ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, planes8_pass(p, plan) ? ", 8-bit planes in one pass" : "",
+                  prefetch.c_str());
     }
     // The split fix-up's launches fall back to the last-arrival fix-up where the runtime refuses
     // them as cooperative launches: say so rather than name a path that did not run.

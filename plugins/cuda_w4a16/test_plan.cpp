@@ -305,6 +305,17 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), g, 1).prefetch == 0);
   CHECK(set_plan_option(g, "gemv_prefetch", "5", false, &why) == NIBBLE_OK);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), g, 64).prefetch == 0);  // wgmma: none
+  // gemv_planes8: 0 or 1 (default 1); only GEMV launches carry it.
+  PlanOptions q;
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), q, 1).planes8);
+  CHECK(set_plan_option(q, "gemv_planes8", "0", false, &why) == NIBBLE_OK);
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), q, 1).planes8);
+  CHECK(set_plan_option(q, "gemv_planes8", "2", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("gemv_planes8: expected 0 or 1, found '2'") != std::string::npos);
+  CHECK(!q.gemv_planes8);  // unchanged
+  CHECK(set_plan_option(q, "gemv_planes8", "1", false, &why) == NIBBLE_OK);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), q, 1).planes8);
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), q, 64).planes8);  // wgmma: none
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }
