@@ -57,6 +57,13 @@ struct DeviceBuffer {
     p = nullptr;
     bytes = 0;
   }
+  /// Gives up the memory without freeing it (the caller now owns `p`).
+  void* release() {
+    void* q = p;
+    p = nullptr;
+    bytes = 0;
+    return q;
+  }
   typename R::Error alloc(size_t n) {
     reset();
     const typename R::Error e = R::malloc(&p, n ? n : 1);

@@ -2,6 +2,8 @@
 // every function is resolved at run time.
 #include "cublas_loader.h"
 
+#include "capture.h"
+
 #include <cublas_api.h>
 #include <dlfcn.h>
 
@@ -90,6 +92,7 @@ int cublas_gemm_rowmajor(int32_t act, int64_t m, int64_t n, int64_t k, const voi
   std::lock_guard<std::mutex> lock(c.mu);
   cublasHandle_t& h = c.handles[dev];
   if (!h) {
+    RelaxedCapture relaxed;  // the first call may come while the caller captures a graph
     if (cublasStatus_t s = c.create(&h); s != CUBLAS_STATUS_SUCCESS) {
       h = nullptr;
       *why = "cublasCreate failed: " + status_str(c, s);

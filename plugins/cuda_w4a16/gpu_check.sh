@@ -11,8 +11,8 @@
 #      kernels, no local memory in any)
 #   2. in parallel: test_conformance with every kernel of the plan's table forced
 #      (NIBBLE_CUDA_KERNEL + NIBBLE_TEST_REQUIRE_KERNEL) and with the automatic choice (PDL on and
-#      off), rocm_w4a16_on_cuda's conformance, and `nibble verify --backend cuda_w4a16` on every
-#      fixture
+#      off), rocm_w4a16_on_cuda's conformance, tests/test_cuda_graph (apply in CUDA graphs), and
+#      `nibble verify --backend cuda_w4a16` on every fixture
 #   3. nibble bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b --m 1,...,4096, fp16 and bf16,
 #      JSON with the kernel of every point and the dense cuBLAS baseline
 #   4. bench_kernels --check (every kernel against cuBLAS on dequantized weights, odd M) and
@@ -36,7 +36,7 @@ if [ "$mode" = bundle ]; then
     .gpu/build/plugins/cuda_w4a16/test_* .gpu/build/plugins/cuda_w4a16/layout_check
   rm -f .gpu/lib/libdnnl* .gpu/lib/libamdhip64* .gpu/lib/libhsa* .gpu/lib/libOpenCL* .gpu/lib/libdrm* \
     .gpu/lib/libnuma* .gpu/lib/libelf* .gpu/lib/libgomp*
-  find .gpu/build/tests -maxdepth 1 -type f ! -name test_conformance -delete
+  find .gpu/build/tests -maxdepth 1 -type f ! -name test_conformance ! -name test_cuda_graph -delete
   rm -rf .gpu/build/tests/plugins .gpu/build/fuzz
   cp "$0" .gpu/gpu_check.sh
   chmod +x .gpu/gpu_check.sh
@@ -102,6 +102,9 @@ for k in $KERNELS; do run_conf "$k" NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KE
 run_conf auto NIBBLE_CUDA_KERNEL=auto
 run_conf auto_nopdl NIBBLE_CUDA_KERNEL=auto NIBBLE_CUDA_OVERLAP=0
 BACKEND=rocm_w4a16_on_cuda DIRS=$R run_conf rocm_on_cuda
+# apply() captured into CUDA graphs and replayed (tests/test_cuda_graph.cpp)
+(NIBBLE_TEST_PLUGIN_DIRS=$P timeout 300 "$here/build/tests/test_cuda_graph" > "$TMP/conf.cuda_graph" 2>&1
+ echo "exit=$?" >> "$TMP/conf.cuda_graph") &
 for f in tests/data/fixtures/*/; do
   n=$(basename "$f")
   (NIBBLE_PLUGIN_PATH=$P timeout 200 "$NIBBLE" verify --backend cuda_w4a16 --model "$f" \
@@ -118,7 +121,7 @@ wait
 } > "$OUT/conformance.log"
 say "-- conformance (conformance.log):"
 for f in "$TMP"/conf.*; do
-  say "   ${f##*/conf.}: $(grep -m1 'cases checked' "$f" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$f")"
+  say "   ${f##*/conf.}: $(grep -m1 -E 'cases checked|graph launches' "$f" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$f")"
 done
 nfix=$(ls "$TMP"/fix.* | wc -l)
 okfix=$(grep -l "exit=0" "$TMP"/fix.* | wc -l)

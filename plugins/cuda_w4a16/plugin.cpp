@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "capture.h"
 #include "cublas_loader.h"
 #include "gpu_plugin.h"
 #include "kernels.h"
@@ -193,10 +194,20 @@ bool planes8_pass(const Prepared& p, const Plan& plan) {
 // Scratch that apply() needs on a stream: gathered x, the wgmma kernels' x image, stream-K partial
 // tiles and arrival counters, and the dense temporary of the cuBLAS path. One per (device, stream): launches
 // on one stream run in order, so they may share it; different streams get different ones, so concurrent
-// apply() on one prepared weight is safe. Grows (after synchronizing its stream) and never shrinks.
+// apply() on one prepared weight is safe. Grows and never shrinks.
+//
+// CUDA graphs: a call captured on a stream records these buffers' addresses in the caller's graph,
+// which may be replayed long after. So once a call on this stream has been captured, a buffer that
+// is outgrown is kept (retired, for the process's life) rather than freed, and growing needs no
+// synchronization; a buffer that must grow during a capture is allocated outside it (capture.h)
+// and zeroed on a stream of its own, so that the graph and later direct calls both find it zeroed.
+// Graphs captured on one stream share its workspace with each other and with that stream's direct
+// calls: replay them in order on one stream, as the calls would run (docs/embedding.md).
 struct Workspace {
   std::mutex mu;  // held from buffer lookup to launch
   DeviceBuffer xbuf, ximage, partials, counters, dense;
+  bool captured = false;        // a call on this stream has been captured into a graph
+  std::vector<void*> retired;   // outgrown buffers a graph may still use (never freed)
 };
 std::mutex g_ws_mu;
 Workspace& workspace(int dev, void* stream) {
@@ -207,12 +218,30 @@ Workspace& workspace(int dev, void* stream) {
   return *w;
 }
 
-int32_t ensure(DeviceBuffer& b, size_t bytes, bool zero, cudaStream_t stream, char* msg, size_t cap) {
+// Zeroes fresh memory outside any capture: on a stream of its own, waited for.
+cudaError_t zero_now(void* p, size_t bytes) {
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  e = cudaMemsetAsync(p, 0, bytes, s);
+  const cudaError_t e2 = cudaStreamSynchronize(s);
+  (void)cudaStreamDestroy(s);
+  return e != cudaSuccess ? e : e2;
+}
+
+int32_t ensure(Workspace& ws, DeviceBuffer& b, size_t bytes, bool zero, cudaStream_t stream, char* msg, size_t cap) {
   if (b.p && b.bytes >= bytes) return NIBBLE_OK;
-  NIBBLE_CUDA_TRY(cudaStreamSynchronize(stream));  // earlier launches may still use the old buffer
+  const bool in_capture = capturing(stream);
   const size_t grow = std::max(bytes, b.bytes + b.bytes / 2);
+  RelaxedCapture relaxed;  // cudaMalloc and the zeroing below, while the caller may be capturing
+  if (ws.captured || in_capture) {
+    if (b.p) ws.retired.push_back(b.release());  // a graph may still read or write it
+  } else {
+    NIBBLE_CUDA_TRY(cudaStreamSynchronize(stream));  // earlier launches may still use the old buffer
+    b.reset();
+  }
   NIBBLE_CUDA_TRY(b.alloc(grow));
-  if (zero) NIBBLE_CUDA_TRY(cudaMemsetAsync(b.p, 0, grow, stream));
+  if (zero) NIBBLE_CUDA_TRY(in_capture ? zero_now(b.p, grow) : cudaMemsetAsync(b.p, 0, grow, stream));
   return NIBBLE_OK;
 }
 
@@ -344,7 +373,7 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
   const LayoutPlan& lp = p.lp;
   int64_t nc = std::max<int64_t>(kNPad, (int64_t(128) << 20) / (lp.k_pad * 2) / kNPad * kNPad);
   nc = std::min(nc, lp.n_pad);
-  if (int32_t st = ensure(ws.dense, size_t(lp.k_pad) * size_t(nc) * 2, false, stream, msg, cap)) return st;
+  if (int32_t st = ensure(ws, ws.dense, size_t(lp.k_pad) * size_t(nc) * 2, false, stream, msg, cap)) return st;
   for (int64_t n0 = 0; n0 < lp.n; n0 += nc) {
     const int64_t cols = std::min(nc, lp.n_pad - n0);
     NIBBLE_CUDA_TRY(launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p),
@@ -385,6 +414,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
 
     Workspace& ws = workspace(dev, stream_v);
     std::lock_guard<std::mutex> lock(ws.mu);
+    if (capturing(stream)) ws.captured = true;
     // x as the kernels read it: rows 16-byte aligned, in packed row order. Act order and nibble
     // planes gather (columns through the x map, zeros for padding rows); an odd K or pointer only
     // pads.
@@ -393,7 +423,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const bool gather = p.x_map.p != nullptr;
     if (gather || (lp.k % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
       const int64_t kp = gather ? lp.k_pad : (lp.k + 7) / 8 * 8;
-      if (int32_t st = ensure(ws.xbuf, size_t(m) * size_t(kp) * 2, false, stream, msg, cap)) return st;
+      if (int32_t st = ensure(ws, ws.xbuf, size_t(m) * size_t(kp) * 2, false, stream, msg, cap)) return st;
       NIBBLE_CUDA_TRY(
           launch_prep_x(x->data, m, p.x_k, static_cast<const int32_t*>(p.x_map.p), kp, ws.xbuf.p, stream));
       xk = ws.xbuf.p;
@@ -407,8 +437,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
                                   ? (plan.grid > 1 ? size_t(plan.grid) * size_t(m) * size_t(lp.n_pad) * 4 : 4)
                                   : size_t(2) * size_t(plan.grid) * size_t(ki.bm) * size_t(ki.bn) * 4;
     const size_t cnt_bytes = size_t(plan.m_tiles) * size_t(plan.n_tiles) * 4;
-    if (int32_t st = ensure(ws.partials, part_bytes, false, stream, msg, cap)) return st;
-    if (int32_t st = ensure(ws.counters, cnt_bytes, true, stream, msg, cap)) return st;
+    if (int32_t st = ensure(ws, ws.partials, part_bytes, false, stream, msg, cap)) return st;
+    if (int32_t st = ensure(ws, ws.counters, cnt_bytes, true, stream, msg, cap)) return st;
 
     GemmParams gp{};
     gp.w = p.w.p;
@@ -445,7 +475,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
         e = cudaSuccess;
         if (plan.x_image) {
           const size_t bytes = size_t(plan.m_tiles) * size_t(ki.bm) * size_t(lp.kt) * 128;
-          if (int32_t st = ensure(ws.ximage, bytes, false, stream, msg, cap)) return st;
+          if (int32_t st = ensure(ws, ws.ximage, bytes, false, stream, msg, cap)) return st;
           e = launch_wgmma_x_image(xk, ldx, kx, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ws.ximage.p, stream);
           gp.x_image = ws.ximage.p;
         }
