@@ -131,9 +131,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
   X(kV4, 2, 4, 2)                    \
   X(kV2u2, 2, 2, 2)
 
-// The one-pass 8-bit instance exists for fp16 and one m tile (v1).
-template <class T, int MT8>
-constexpr bool kHasP8 = std::is_same_v<T, __half> && MT8 == 1;
+// The one-pass 8-bit instance exists for fp16 in v1 and v2u2 (kernels.h: gemv_has_planes8).
+template <class T, int MT8, int U>
+constexpr bool kHasP8 = std::is_same_v<T, __half> && (MT8 == 1 || (MT8 == 2 && U == 2));
 
 template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
@@ -158,7 +158,7 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, cudaStrea
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = p.overlap ? 1 : 0;
-  if constexpr (kHasP8<T, MT8>)
+  if constexpr (kHasP8<T, MT8, U>)
     if (planes8) return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, true>, p);
   return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, false>, p);
 }

@@ -29,8 +29,8 @@ cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 /// of each code are dequantized in one pass (gemv_core.cuh); only where gemv_has_planes8.
 cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, bool planes8,
                                cudaStream_t stream);
-/// Whether kernel `id` has the one-pass 8-bit instance for `act` (v1, fp16).
-inline bool gemv_has_planes8(KernelId id, Act act) { return id == kV1 && act == Act::f16; }
+/// Whether kernel `id` has the one-pass 8-bit instance for `act` (v1 and v2u2, fp16).
+inline bool gemv_has_planes8(KernelId id, Act act) { return (id == kV1 || id == kV2u2) && act == Act::f16; }
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.
