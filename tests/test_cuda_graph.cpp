@@ -1,4 +1,4 @@
-// cuda_w4a16 inside CUDA graphs, the way inference engines run decode steps: apply() captured on a
+// cuda_w4a16 (or NIBBLE_TEST_BACKEND, another backend on CUDA) inside CUDA graphs, the way inference engines run decode steps: apply() captured on a
 // fresh stream (its first call there, so its scratch is allocated during the capture) in the
 // global capture mode, the graphs replayed with new activations, the stream's scratch outgrown by
 // a direct call between replays, and direct calls after the replays. Each result against the
@@ -18,9 +18,12 @@ using namespace nibble;
 
 namespace {
 
+// cuda_w4a16, or another backend on CUDA (NIBBLE_TEST_BACKEND: rocm_w4a16's source built by nvcc).
+std::string backend_name() { return test::env_or("NIBBLE_TEST_BACKEND", "cuda_w4a16"); }
+
 std::shared_ptr<Backend> backend() {
   static auto reg = test::hermetic_registry(test::env_or("NIBBLE_TEST_PLUGIN_DIRS"));
-  return reg->find("cuda_w4a16");
+  return reg->find(backend_name());
 }
 
 #define CUDA_CHECK(expr)                                                                 \
@@ -68,13 +71,13 @@ std::string nibble::test::skip_reason() {
   if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
   if (count == 0) return "no CUDA device";
   auto b = backend();
-  if (b && !b->probe().available) return "cuda_w4a16: " + b->probe().message;
+  if (b && !b->probe().available) return backend_name() + ": " + b->probe().message;
   return {};  // a backend that is missing fails below
 }
 
 TEST_CASE("apply captured into CUDA graphs and replayed") {
   auto b = backend();
-  REQUIRE_MESSAGE(b, "cuda_w4a16 not found in NIBBLE_TEST_PLUGIN_DIRS");
+  REQUIRE_MESSAGE(b, backend_name() << " not found in NIBBLE_TEST_PLUGIN_DIRS");
   const std::vector<Layer> layers = {
       // 4 Mi weights: GEMV with splits (M = 1), GEMV over two m tiles (16), wgmma or the tiled
       // mma.sync kernel (64), dequantize + cuBLAS (128, and the outgrowing M = 600).
@@ -178,6 +181,6 @@ TEST_CASE("apply captured into CUDA graphs and replayed") {
     CUDA_CHECK(cudaFree(dx));
     CUDA_CHECK(cudaStreamDestroy(st));
   }
-  fmt::print("cuda graphs: {} graph launches checked over {} layers\n", graphs_run, layers.size());
+  fmt::print("{} in cuda graphs: {} graph launches checked over {} layers\n", b->name(), graphs_run, layers.size());
   CHECK(graphs_run > 0);
 }

@@ -105,6 +105,9 @@ BACKEND=rocm_w4a16_on_cuda DIRS=$R run_conf rocm_on_cuda
 # apply() captured into CUDA graphs and replayed (tests/test_cuda_graph.cpp)
 (NIBBLE_TEST_PLUGIN_DIRS=$P timeout 300 "$here/build/tests/test_cuda_graph" > "$TMP/conf.cuda_graph" 2>&1
  echo "exit=$?" >> "$TMP/conf.cuda_graph") &
+(NIBBLE_TEST_BACKEND=rocm_w4a16_on_cuda NIBBLE_TEST_PLUGIN_DIRS=$R timeout 300 "$here/build/tests/test_cuda_graph" \
+   > "$TMP/conf.rocm_on_cuda_graph" 2>&1
+ echo "exit=$?" >> "$TMP/conf.rocm_on_cuda_graph") &
 for f in tests/data/fixtures/*/; do
   n=$(basename "$f")
   (NIBBLE_PLUGIN_PATH=$P timeout 200 "$NIBBLE" verify --backend cuda_w4a16 --model "$f" \
