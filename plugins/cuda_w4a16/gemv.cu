@@ -23,7 +23,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
   __shared__ int s_last;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nti = blockIdx.x, z = blockIdx.y, mti = blockIdx.z, splits = gridDim.y;
+  const GemvBlock blk(p);
+  const int nti = blk.nti, z = blk.z, mti = blk.mti, splits = blk.splits;
   const int s0 = nti * NS;
   const uint64_t policy = l2_policy(true);
   const uint4* wp = static_cast<const uint4*>(p.w) + int64_t(s0) * p.ku * 32 + lane;
@@ -150,7 +151,7 @@ template <class T, int NS, int MT8, int U>
 cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, cudaStream_t stream) {
   using TL = GemvTile<NS, MT8, U>;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(p.n_tiles), unsigned(splits), unsigned(p.m_tiles));
+  cfg.gridDim = dim3(unsigned(p.m_tiles) * unsigned(p.n_tiles), unsigned(splits), 1u);  // GemvBlock
   cfg.blockDim = dim3(TL::kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr{};

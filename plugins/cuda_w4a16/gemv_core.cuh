@@ -32,6 +32,16 @@ struct GemvTile {
   static constexpr int kMinBlocks = (MT8 == 1 || (MT8 == 2 && U == 2)) ? 4 : 0;
 };
 
+// Which tile and K split a block of the GEMV computes. The grid is (m_tiles * n_tiles, splits): the
+// m tiles of one n tile are neighbours in launch order, so that they run at about the same time and
+// every m tile after the first finds the tile's weights in L2 (with the m tiles outermost, each
+// one streamed the whole layer from memory again once the layer was larger than L2).
+struct GemvBlock {
+  int nti, mti, z, splits;
+  __device__ __forceinline__ explicit GemvBlock(const GemmParams& p)
+      : nti(int(blockIdx.x) / p.m_tiles), mti(int(blockIdx.x) % p.m_tiles), z(blockIdx.y), splits(gridDim.y) {}
+};
+
 // The K range [*ub, *ue) of `units` units that compute warp `warp` of the block at split z owns:
 // the block's range in whole batches of U units, cut in kGemvWarps (so that a batch lies in one
 // group whenever G is a multiple of 32 * U); only the very last range may end short.
@@ -277,7 +287,8 @@ __device__ __forceinline__ void gemv_finish(const GemmParams& p, const float* re
   using O = Ops<T>;
   using TL = GemvTile<NS, MT8, U>;
   constexpr int W = kGemvWarps;
-  const int nti = blockIdx.x, z = blockIdx.y, mti = blockIdx.z, splits = gridDim.y;
+  const GemvBlock blk(p);
+  const int nti = blk.nti, z = blk.z, mti = blk.mti, splits = blk.splits;
   const int s0 = nti * NS;
   const int m0 = mti * TL::BM, rows = min(TL::BM, p.m - m0);
   const int64_t ldp = int64_t(p.strips) * kStripN;  // row pitch of the partials
@@ -303,7 +314,7 @@ __device__ __forceinline__ void gemv_finish(const GemmParams& p, const float* re
   if (splits == 1) return;
   __threadfence();
   __syncthreads();
-  const int tile = mti * gridDim.x + nti;
+  const int tile = mti * p.n_tiles + nti;
   if (threadIdx.x == 0) *s_last = atomicAdd(&p.counters[tile], 1) == splits - 1;
   __syncthreads();
   if (!*s_last) return;
