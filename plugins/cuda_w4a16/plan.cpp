@@ -56,10 +56,9 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
-    // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"): v1 over two m tiles, whose
-    // second m tile finds the weights in L2, beats v2u2 on every 4-bit layer; v2u2 (one pass over
-    // both 8-bit planes) keeps the 8-bit layers of 64 Mi packed weights (32 Mi codes) or more.
-    {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2, 8},
+    // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"): v2u2 on layers of 64 Mi
+    // packed weights or more (8 bits count twice: two nibble planes), else v1 over two m tiles.
+    {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2},
     {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 16383, 10240, 0, kV2},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 0, 8192, 0, kV4},
@@ -312,7 +311,7 @@ Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o
   for (const ChoiceRule& r : kChoiceRules) {
     if (!in(dev.cc, r.min_cc, r.max_cc) || !in(m, r.min_m, r.max_m) ||
         !in(weights, r.min_weights, r.max_weights) || !in(s.k, r.min_k, r.max_k) ||
-        !in(s.n, r.min_n, r.max_n) || s.bits < r.min_bits)
+        !in(s.n, r.min_n, r.max_n))
       continue;
     const KernelDesc& d = kernel_desc(r.kernel);
     if (d.family == Family::cublas && (o.cublas_min_m <= 0 || m < o.cublas_min_m)) continue;

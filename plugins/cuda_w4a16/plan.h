@@ -48,7 +48,6 @@ struct ChoiceRule {
   int64_t min_k, max_k;
   int64_t min_n, max_n;
   KernelId kernel;
-  int32_t min_bits = 0;  ///< the layer's width at least this (0: any)
 };
 extern const ChoiceRule kChoiceRules[];
 extern const int kChoiceRulesSize;
@@ -63,9 +62,8 @@ struct DeviceFacts {
 
 /// What the plan knows of the layer (from its LayoutPlan).
 struct ShapeFacts {
-  int64_t k = 0, n = 0, n_pad = 0;  ///< of the packed layer: 2 and 3 bits as nibble planes (k doubled at 8 bits)
+  int64_t k = 0, n = 0, n_pad = 0;  ///< of the packed layer (8 bits as two nibble planes: k doubled)
   int32_t ku = 0, kt = 0;
-  int32_t bits = 4;                 ///< the checkpoint's width
 };
 
 /// The plugin's options (set_option / environment).

@@ -115,24 +115,23 @@ TEST_CASE("every choice rule names a kernel that runs on the rule's architecture
     CHECK(r.max_cc <= d.max_cc);
     CHECK(r.min_m >= 1);
     CHECK((r.max_m == 0 || r.max_m >= r.min_m));
-    CHECK((r.min_bits == 0 || r.min_bits == 2 || r.min_bits == 3 || r.min_bits == 4 || r.min_bits == 8));
   }
 }
 
-TEST_CASE("M = 9-16: v1 on 4-bit layers, v2u2 on large 8-bit ones") {
+TEST_CASE("M = 9-16: v2u2 on layers of 64 Mi packed weights or more, v1 below") {
   const FakeDevice dev;
   const PlanOptions o;
   auto kernel_for = [&](int64_t k, int64_t n, int bits, int64_t m) {
-    ShapeFacts s = shape(bits == 8 ? 2 * k : k, n);  // 8 bits: two nibble planes, K doubled
-    s.bits = bits;
+    const ShapeFacts s = shape(bits == 8 ? 2 * k : k, n);  // 8 bits: two nibble planes, K doubled
     return make_plan(s, dev.facts(90, true, true), o, m).kernel;
   };
   for (int64_t m : {9, 16}) {
-    CHECK(kernel_for(8192, 8192, 4, m) == kV1);
-    CHECK(kernel_for(8192, 57344, 4, m) == kV1);
+    CHECK(kernel_for(8192, 8192, 4, m) == kV2u2);
+    CHECK(kernel_for(8192, 57344, 4, m) == kV2u2);
+    CHECK(kernel_for(14336, 4096, 4, m) == kV1);  // 56 Mi
     CHECK(kernel_for(8192, 8192, 8, m) == kV2u2);
-    CHECK(kernel_for(8192, 57344, 8, m) == kV2u2);
     CHECK(kernel_for(4096, 4096, 8, m) == kV1);  // 32 Mi packed weights
+    CHECK(kernel_for(4096, 6144, 8, m) == kV1);  // 48 Mi
   }
   CHECK(kernel_for(8192, 8192, 8, 8) == kV1);
   CHECK(kernel_for(8192, 8192, 8, 17) == kWg32);
