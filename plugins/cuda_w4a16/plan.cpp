@@ -56,9 +56,12 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
-    // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"): v2u2 on layers of 64 Mi
-    // packed weights or more (8 bits count twice: two nibble planes), else v1 over two m tiles.
-    {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2},
+    // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
+    // fp16: v2u2 on layers of 64 Mi packed weights or more (8 bits count twice: two nibble planes).
+    // bf16: v2u2 on N = 6144-10240 from 24 Mi packed weights; on N = 4096 and N >= 28672 it was
+    // up to 1.36x slower than v1 (bf16 dequantization in v2u2's 64 x 16 tile).
+    {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2, ActRule::f16},
+    {80, kAnyCc, 9, 16, 24 * kMi, 0, 0, 0, 6144, 10240, kV2u2, ActRule::bf16},
     {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 16383, 10240, 0, kV2},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 0, 8192, 0, kV4},
@@ -311,7 +314,8 @@ Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o
   for (const ChoiceRule& r : kChoiceRules) {
     if (!in(dev.cc, r.min_cc, r.max_cc) || !in(m, r.min_m, r.max_m) ||
         !in(weights, r.min_weights, r.max_weights) || !in(s.k, r.min_k, r.max_k) ||
-        !in(s.n, r.min_n, r.max_n))
+        !in(s.n, r.min_n, r.max_n) || (r.act == ActRule::f16 && dev.bf16) ||
+        (r.act == ActRule::bf16 && !dev.bf16))
       continue;
     const KernelDesc& d = kernel_desc(r.kernel);
     if (d.family == Family::cublas && (o.cublas_min_m <= 0 || m < o.cublas_min_m)) continue;

@@ -40,6 +40,9 @@ const KernelDesc& kernel_desc(KernelId id);
 /// nvcc_archs names 90): the wgmma kernels.
 bool sm90a_code(const KernelDesc& d);
 
+/// Which activation dtype a choice row applies to.
+enum class ActRule : int32_t { any, f16, bf16 };
+
 /// One row of the automatic choice. Bounds are inclusive; 0 as an upper bound means none.
 struct ChoiceRule {
   int32_t min_cc, max_cc;
@@ -48,6 +51,7 @@ struct ChoiceRule {
   int64_t min_k, max_k;
   int64_t min_n, max_n;
   KernelId kernel;
+  ActRule act = ActRule::any;  ///< the layer's activation dtype the row is for
 };
 extern const ChoiceRule kChoiceRules[];
 extern const int kChoiceRulesSize;
@@ -58,6 +62,7 @@ struct DeviceFacts {
   const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
   bool cublas = false;               ///< cuBLAS loaded
   bool sm90a_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
+  bool bf16 = false;                 ///< the layer's activations are bf16 (else fp16)
 };
 
 /// What the plan knows of the layer (from its LayoutPlan).

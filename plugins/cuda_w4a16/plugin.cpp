@@ -172,6 +172,7 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
   DeviceFacts f;
   f.cc = d.cc;
   f.info = d.info[p.act == Act::f16 ? 0 : 1];
+  f.bf16 = p.act == Act::bf16;
   f.cublas = cublas_available(nullptr);
 #if defined(NIBBLE_CUDA_WGMMA)
   f.sm90a_built = true;

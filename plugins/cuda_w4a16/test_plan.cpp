@@ -118,23 +118,39 @@ TEST_CASE("every choice rule names a kernel that runs on the rule's architecture
   }
 }
 
-TEST_CASE("M = 9-16: v2u2 on layers of 64 Mi packed weights or more, v1 below") {
+TEST_CASE("M = 9-16: v2u2 or v1 by layer size, N and activation dtype") {
   const FakeDevice dev;
   const PlanOptions o;
-  auto kernel_for = [&](int64_t k, int64_t n, int bits, int64_t m) {
+  auto kernel_for = [&](int64_t k, int64_t n, int bits, int64_t m, bool bf16) {
     const ShapeFacts s = shape(bits == 8 ? 2 * k : k, n);  // 8 bits: two nibble planes, K doubled
-    return make_plan(s, dev.facts(90, true, true), o, m).kernel;
+    DeviceFacts f = dev.facts(90, true, true);
+    f.bf16 = bf16;
+    return make_plan(s, f, o, m).kernel;
   };
   for (int64_t m : {9, 16}) {
-    CHECK(kernel_for(8192, 8192, 4, m) == kV2u2);
-    CHECK(kernel_for(8192, 57344, 4, m) == kV2u2);
-    CHECK(kernel_for(14336, 4096, 4, m) == kV1);  // 56 Mi
-    CHECK(kernel_for(8192, 8192, 8, m) == kV2u2);
-    CHECK(kernel_for(4096, 4096, 8, m) == kV1);  // 32 Mi packed weights
-    CHECK(kernel_for(4096, 6144, 8, m) == kV1);  // 48 Mi
+    INFO("M = " << m);
+    // fp16: v2u2 from 64 Mi packed weights at any N.
+    CHECK(kernel_for(8192, 8192, 4, m, false) == kV2u2);
+    CHECK(kernel_for(8192, 57344, 4, m, false) == kV2u2);
+    CHECK(kernel_for(4096, 28672, 4, m, false) == kV2u2);
+    CHECK(kernel_for(14336, 4096, 4, m, false) == kV1);  // 56 Mi
+    CHECK(kernel_for(8192, 8192, 8, m, false) == kV2u2);
+    CHECK(kernel_for(4096, 4096, 8, m, false) == kV1);  // 32 Mi packed weights
+    CHECK(kernel_for(4096, 6144, 8, m, false) == kV1);  // 48 Mi
+    // bf16: v2u2 on N = 6144-10240 from 24 Mi packed weights only.
+    CHECK(kernel_for(4096, 6144, 4, m, true) == kV2u2);  // 24 Mi
+    CHECK(kernel_for(4096, 6144, 8, m, true) == kV2u2);
+    CHECK(kernel_for(8192, 10240, 4, m, true) == kV2u2);
+    CHECK(kernel_for(28672, 8192, 8, m, true) == kV2u2);
+    CHECK(kernel_for(4096, 28672, 4, m, true) == kV1);  // N above 10240
+    CHECK(kernel_for(8192, 57344, 8, m, true) == kV1);
+    CHECK(kernel_for(14336, 4096, 8, m, true) == kV1);  // N below 6144
+    CHECK(kernel_for(2048, 8192, 4, m, true) == kV1);   // 16 Mi
   }
-  CHECK(kernel_for(8192, 8192, 8, 8) == kV1);
-  CHECK(kernel_for(8192, 8192, 8, 17) == kWg32);
+  for (bool bf16 : {false, true}) {
+    CHECK(kernel_for(8192, 8192, 8, 8, bf16) == kV1);
+    CHECK(kernel_for(8192, 8192, 8, 17, bf16) == kWg32);
+  }
 }
 
 TEST_CASE("the automatic choice finds a kernel for every M and shape on every architecture") {
