@@ -61,12 +61,14 @@ const char* always_available() { return nullptr; }
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
 // two_bit: the forms with a 2-bit kernel (all of them today).
-// prior_from of gemm-amx, 8: streaming from memory on the AMX Xeon host, fused-avx512 took
+// prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
 // 1.25-2.0x gemm-amx's time at M = 8 (two runs of one build whose calibrations from cache put
-// the crossover at 16 and at 8; docs/benchmarks.md, "Kernel choice on each CPU").
+// the crossover at 16 and at 8), and 1.07-1.42x at M = 6 on all 8 llama layers at 2, 4 and 16
+// threads, while at M = 4 the two tied (0.92-1.21x; docs/benchmarks.md, "Kernel choice on each
+// CPU" and "gemm-amx from M = 6").
 const KernelForm kKernelForms[] = {
     {"fused-avx512bf16", fused_avx512bf16, true, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
-    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 8, amx_unavailable},
+    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 6, amx_unavailable},
     {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
@@ -90,7 +92,7 @@ const Family kFamilies[] = {
 // best of kReps calls after one to warm up, the candidates taking turns so that a slow moment of
 // a shared machine hits them alike. The largest M stands for every M above it.
 constexpr int64_t kCalK = 4096, kCalN = 128, kCalG = 128;
-constexpr int64_t kCalMs[] = {1, 2, 4, 8, 16, 32, 64};
+constexpr int64_t kCalMs[] = {1, 2, 4, 6, 8, 16, 32, 64};  // 6: gemm-amx's prior crossover
 constexpr int kReps = 4;
 
 std::mutex g_report_mu;

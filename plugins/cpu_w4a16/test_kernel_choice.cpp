@@ -59,6 +59,20 @@ TEST_CASE("forms of different families mix: the first of equal priors stays unle
         "fused-f32 M < 8, gemm-amx M >= 8");
 }
 
+TEST_CASE("a prior crossover between powers of two takes effect where the calibration has that M") {
+  // gemm-amx's prior from 6 (the Xeon host, streaming): with M = 6 calibrated and AMX within the
+  // margin there, the crossover is 6; without M = 6 among the calibrated M it falls to 8.
+  const KernelForm amx6{"gemm-amx", nullptr, true, true, 16, true, true, 2, 8, 2, 6, none};
+  const std::vector<int64_t> ms6 = {1, 2, 4, 6, 8, 16, 32, 64};
+  const std::vector<std::vector<double>> t6 = {{27, 32, 41, 52, 59, 109, 208, 378}, {21, 31, 50, 55, 89, 183, 359, 692}};
+  CHECK(plan_from_times({&amx6, &kF32}, ms6, t6).summary == "fused-f32 M < 6, gemm-amx M >= 6");
+  CHECK(plan_from_times({&amx6, &kF32}, kMs, {{27, 32, 41, 59, 109, 208, 378}, {21, 31, 50, 89, 183, 359, 692}}).summary ==
+        "fused-f32 M < 8, gemm-amx M >= 8");
+  // Clearly slower at 6 in the calibration (beyond the margin): the one-tile form keeps 6.
+  const std::vector<std::vector<double>> slow6 = {{27, 32, 41, 90, 59, 109, 208, 378}, {21, 31, 50, 55, 89, 183, 359, 692}};
+  CHECK(plan_from_times({&amx6, &kF32}, ms6, slow6).summary == "fused-f32 M < 8, gemm-amx M >= 8");
+}
+
 TEST_CASE("a plan reads 2-bit codes only where every form of it does") {
   CHECK(plan_from_times({&kAmx, &kF32}, kMs, {{27, 32, 41, 59, 109, 208, 378}, {21, 31, 50, 89, 183, 359, 692}}).two_bit());
   CHECK_FALSE(plan_from_times({&kFused, &kAmx}, kMs, {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}}).two_bit());
