@@ -13,8 +13,10 @@ namespace nibble::cuda {
 namespace {
 
 // kP8: an 8-bit layer's two nibble planes in one pass (fp16 only; GemvWarp::records8 and
-// compute_batch8), the same packed data as every plane on its own.
-template <class T, int NS, int MT8, int U_, bool kP8>
+// compute_batch8), the same packed data as every plane on its own. kWhole: every batch of every
+// warp is whole (x covers all ku * 32 columns and ku is a multiple of U, which launch_gemv checks),
+// so that no load needs a bounds check: one copy of the loads, whatever the rows of x.
+template <class T, int NS, int MT8, int U_, bool kP8, bool kWhole>
 __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinBlocks)) w4a16_gemv_kernel(const GemmParams p) {
   using TL = GemvTile<NS, MT8, U_>;
   using Warp = GemvWarp<T, NS, MT8, U_>;
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
   // offsets from one address and no checks.
   auto load_weights = [&](int u, int ue, typename Warp::Batch& b) {
     const uint4* wu = wp + int64_t(u) * 32;
-    if (MT8 == 1 && u + U <= ue) {  // (gemv_core.cuh: GemvWarp::whole says why MT8 == 1)
+    if (kWhole || (MT8 == 1 && u + U <= ue)) {  // (gemv_core.cuh: GemvWarp::whole says why MT8 == 1)
 #pragma unroll
       for (int j = 0; j < U; ++j)
 #pragma unroll
@@ -111,7 +113,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
     if (D > 0) prefetch_batch(u + D * U);
     load_weights(u, ue, b);
     if (u == ub) grid_dependency_wait();
-    w.load_xs(u, ue, b);
+    if constexpr (kWhole)
+      w.template load_xs_whole<U>(u, b);
+    else
+      w.load_xs(u, ue, b);
     w.compute_batch(u, ue, b);
   }
   if (ub >= ue) grid_dependency_wait();
@@ -125,12 +130,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
 }
 
 // GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,
-// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers)
+// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers). The w variants
+// hold 4 strips (128 features) per warp, so that each x fragment serves twice the weights: at
+// M >= 16 a warp of the 64-feature variants loads as many bytes of x as of weights. (A 128 x 32
+// variant needs 255 registers and spills, and its block sum is above 48 KiB of static shared
+// memory.)
 #define NIBBLE_CUDA_GEMV_VARIANTS(X) \
   X(kV1, 2, 1, 4)                    \
   X(kV2, 2, 2, 4)                    \
   X(kV4, 2, 4, 2)                    \
-  X(kV2u2, 2, 2, 2)
+  X(kV2u2, 2, 2, 2)                  \
+  X(kV1w, 4, 1, 2)                   \
+  X(kV2w, 4, 2, 1)
 
 // The one-pass 8-bit instance exists for fp16 in v1 and v2u2 (kernels.h: gemv_has_planes8).
 template <class T, int MT8, int U>
@@ -139,7 +150,7 @@ constexpr bool kHasP8 = std::is_same_v<T, __half> && (MT8 == 1 || (MT8 == 2 && U
 template <class T, int NS, int MT8, int U>
 cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
   using TL = GemvTile<NS, MT8, U>;
-  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U, false>;
+  auto kernel = w4a16_gemv_kernel<T, NS, MT8, U, false, true>;  // the usual instance (launch_gemv)
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, TL::kThreads, 0);
   if (e != cudaSuccess) return e;
@@ -148,7 +159,7 @@ cudaError_t setup_gemv(KernelInfo& info, const char* name, int sms) {
 }
 
 template <class T, int NS, int MT8, int U>
-cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, cudaStream_t stream) {
+cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, bool whole, cudaStream_t stream) {
   using TL = GemvTile<NS, MT8, U>;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(p.m_tiles) * unsigned(p.n_tiles), unsigned(splits), 1u);  // GemvBlock
@@ -160,8 +171,14 @@ cudaError_t launch_gemv(const GemmParams& p, int splits, bool planes8, cudaStrea
   cfg.attrs = &attr;
   cfg.numAttrs = p.overlap ? 1 : 0;
   if constexpr (kHasP8<T, MT8, U>)
-    if (planes8) return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, true>, p);
-  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, false>, p);
+    if (planes8) return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, true, true>, p);
+  // Every warp range is whole batches when ku is (gemv_warp_range), and a batch's x is inside x's
+  // columns when they cover K_pad.
+  if (whole) {
+    if (p.ku % U != 0 || p.kx != int64_t(p.ku) * kUnitK) return cudaErrorInvalidValue;
+    return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, false, true>, p);
+  }
+  return cudaLaunchKernelEx(&cfg, w4a16_gemv_kernel<T, NS, MT8, U, false, false>, p);
 }
 
 
@@ -177,13 +194,13 @@ cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms) {
   return cudaSuccess;
 }
 
-cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, bool planes8,
+cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int splits, bool planes8, bool whole,
                                cudaStream_t stream) {
   if (planes8 && !gemv_has_planes8(id, act)) return cudaErrorInvalidValue;
 #define NIBBLE_LAUNCH_GEMV(kid, NS, MT8, U)                                           \
   case kid:                                                                              \
-    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, planes8, stream) \
-                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, planes8, stream);
+    return act == Act::f16 ? launch_gemv<__half, NS, MT8, U>(p, splits, planes8, whole, stream) \
+                           : launch_gemv<__nv_bfloat16, NS, MT8, U>(p, splits, planes8, whole, stream);
   switch (id) {
     NIBBLE_CUDA_GEMV_VARIANTS(NIBBLE_LAUNCH_GEMV)
     default: return cudaErrorInvalidValue;

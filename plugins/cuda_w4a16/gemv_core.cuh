@@ -30,7 +30,7 @@ struct GemvTile {
   // Blocks per SM that v1 is meant to fit (4: at most 128 registers, which ptxas exceeds by a few on
   // sm_80 unless told); 0 = no bound for the others. (v2u2 bounded the same way measured 1.02-1.22x
   // its unbounded time on the H200: docs/cuda.md, "The GEMV's grid".)
-  static constexpr int kMinBlocks = MT8 == 1 ? 4 : 0;
+  static constexpr int kMinBlocks = MT8 == 1 && NS == 2 ? 4 : 0;
 };
 
 // Which tile and K split a block of the GEMV computes. The grid is (m_tiles * n_tiles, splits): the

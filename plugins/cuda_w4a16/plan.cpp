@@ -27,6 +27,8 @@ const KernelDesc kKernelTable[] = {
     {"v2", kV2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows"},
     {"v4", kV4, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 32 rows, half the weights in flight"},
     {"v2u2", kV2u2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows, half the weights in flight"},
+    {"v1w", kV1w, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 128 features x 8 rows: x fragments shared by 4 strips"},
+    {"v2w", kV2w, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 128 x 16 rows, one unit per strip in flight"},
     {"wg16",  kWg16,  Family::wgmma, 90, 90,    4, "sm_90a warp-specialized stream-K, BN 256 x BM 16: bulk-copy/mbarrier pipeline, wgmma (A from registers)"},
     {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
     {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
@@ -188,6 +190,14 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.gemv_prefetch = int32_t(n);
     return NIBBLE_OK;
   }
+  if (key == "gemv_whole") {
+    if (value != "0" && value != "1") {
+      *why = "gemv_whole: expected 0 or 1, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.gemv_whole = value == "1";
+    return NIBBLE_OK;
+  }
   if (key == "gemv_planes8") {
     if (value != "0" && value != "1") {
       *why = "gemv_planes8: expected 0 or 1, found '" + std::string(value) + "'";
@@ -198,7 +208,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
   }
   *why = "unknown option '" + std::string(key) +
          "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch, "
-         "gemv_planes8)";
+         "gemv_planes8, gemv_whole)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -217,6 +227,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PLANES8")) set_plan_option(o, "gemv_planes8", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_WHOLE")) set_plan_option(o, "gemv_whole", v, true, &ignored);
   return o;
 }
 
@@ -265,6 +276,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   if (d.family == Family::gemv) {
     plan.prefetch = o.gemv_prefetch;
     plan.planes8 = o.gemv_planes8;
+    plan.whole = o.gemv_whole;
     // K splits. Blocks run in waves of `slots`, so the time is about
     //   waves(s) * (batches per warp + fixed cost),  waves(s) = ceil(tiles * s / slots),
     // the fixed cost (launch, block sum, split fix-up) taken as 4 batches. The split with the

@@ -99,6 +99,10 @@ struct PlanOptions {
   /// GEMV: an 8-bit layer's two nibble planes dequantized in one pass where the kernel and the
   /// layer allow it (`gemv_planes8`, 1 = the default; 0 = plane by plane, as every other kernel)
   bool gemv_planes8 = true;
+  /// GEMV: where every batch of every warp is whole (K_pad covered by x, the units a multiple of
+  /// the batch), the instance whose loads carry no bounds checks (`gemv_whole`, 1 = the default;
+  /// 0 = the checked instance everywhere)
+  bool gemv_whole = true;
   static constexpr int32_t kDefaultGemvPrefetch = 0;  // measured slower at every D > 0 on the H200 (docs/benchmarks.md)
   static constexpr int32_t kMaxGemvPrefetch = 16;
 };
@@ -109,7 +113,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
 /// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
-/// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8.
+/// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).
@@ -126,6 +130,7 @@ struct Plan {
   bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (GemmParams::split_fixup)
   int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   bool planes8 = false;      ///< GEMV: 8-bit planes in one pass allowed (the layer decides: plugin.cpp)
+  bool whole = false;        ///< GEMV: the unchecked instance allowed (the shape decides: plugin.cpp)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };
 

@@ -190,6 +190,13 @@ bool planes8_pass(const Prepared& p, const Plan& plan) {
          p.lp.perm.empty() && upg % 2 == 0 && upg < (1 << 16) && plan.prefetch == 0;
 }
 
+// Whether the GEMV runs its instance without bounds checks (launch_gemv_kernel's whole): allowed
+// by the options (gemv_whole), and every batch whole: a warp's K range is whole batches of
+// step_units when ku is a multiple of it, and x covers all ku * 32 columns (kx).
+bool whole_pass(const Plan& plan, const KernelInfo& ki, int64_t ku, int64_t kx) {
+  return plan.whole && ki.step_units > 0 && ku % ki.step_units == 0 && kx == ku * kUnitK;
+}
+
 // ---- per-stream workspace --------------------------------------------------------------------------
 
 // Scratch that apply() needs on a stream: gathered x, the wgmma kernels' x image, stream-K partial
@@ -466,7 +473,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     switch (kd.family) {
       case Family::gemv:
         gp.prefetch = uint8_t(plan.prefetch);
-        e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, planes8_pass(p, plan), stream);
+        e = launch_gemv_kernel(plan.kernel, p.act, gp, plan.grid, planes8_pass(p, plan),
+                               whole_pass(plan, facts.info[plan.kernel], gp.ku, gp.kx), stream);
         break;
       case Family::mma:
         e = launch_mma(plan.kernel, p.act, gp, plan.grid, stream);
@@ -516,9 +524,12 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     if (kd.family == Family::gemv) {
       const std::string prefetch =
           plan.prefetch > 0 ? ", L2 prefetch " + std::to_string(plan.prefetch) + " batches ahead" : "";
-      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits%s%s)", kd.name, ki.bn,
+      // x's columns as apply sees them for a 16-byte aligned x (gathered: K_pad; else K rounded to 8)
+      const int64_t kx = p.x_map.p ? p.lp.k_pad : (p.lp.k + 7) / 8 * 8;
+      const bool whole = !planes8_pass(p, plan) && whole_pass(plan, ki, p.lp.ku, kx);
+      return fail(NIBBLE_OK, msg, cap, "%s (GEMV, BN %d x BM %d, %d x %d tiles, %d K splits%s%s%s)", kd.name, ki.bn,
                   ki.bm, plan.n_tiles, plan.m_tiles, plan.grid, planes8_pass(p, plan) ? ", 8-bit planes in one pass" : "",
-                  prefetch.c_str());
+                  whole ? ", whole batches" : "", prefetch.c_str());
     }
     // The split fix-up's launches fall back to the last-arrival fix-up where the runtime refuses
     // them as cooperative launches: say so rather than name a path that did not run.

@@ -38,6 +38,8 @@ struct FakeDevice {
     set(kV2, 64, 16, 128, 3, 4);
     set(kV4, 64, 32, 128, 2, 2);
     set(kV2u2, 64, 16, 128, 4, 2);
+    set(kV1w, 128, 8, 128, 4, 2);
+    set(kV2w, 128, 16, 128, 3, 1);
     set(kWg16, 256, 16, 384, 1, 2);
     set(kWg32, 256, 32, 384, 1, 2);
     set(kWg64, 256, 64, 384, 1, 2);
@@ -351,6 +353,16 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(set_plan_option(q, "gemv_planes8", "1", false, &why) == NIBBLE_OK);
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), q, 1).planes8);
   CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), q, 64).planes8);  // wgmma: none
+  // gemv_whole: 0 or 1 (default 1); only GEMV launches carry it.
+  PlanOptions h;
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), h, 1).whole);
+  CHECK(set_plan_option(h, "gemv_whole", "0", false, &why) == NIBBLE_OK);
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), h, 1).whole);
+  CHECK(set_plan_option(h, "gemv_whole", "yes", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("gemv_whole: expected 0 or 1, found 'yes'") != std::string::npos);
+  CHECK(!h.gemv_whole);  // unchanged
+  CHECK(set_plan_option(h, "gemv_whole", "1", false, &why) == NIBBLE_OK);
+  CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), h, 64).whole);  // wgmma: none
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }
