@@ -130,18 +130,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32, (GemvTile<NS, MT8, U_>::kMinB
 }
 
 // GEMV variants:            id  NS MT8 U (units per strip per batch: 8 x 16 B per lane in flight,
-// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers). The w variants
-// hold 4 strips (128 features) per warp, so that each x fragment serves twice the weights: at
-// M >= 16 a warp of the 64-feature variants loads as many bytes of x as of weights. (A 128 x 32
-// variant needs 255 registers and spills, and its block sum is above 48 KiB of static shared
-// memory.)
+// 4 x 16 B with 32 rows or for v2u2, which trades bytes in flight for registers). Variants of 4
+// strips (128 features) per warp, whose x fragments serve twice the weights, measured slower at
+// every point (docs/cuda.md, "Wider GEMV warps").
 #define NIBBLE_CUDA_GEMV_VARIANTS(X) \
   X(kV1, 2, 1, 4)                    \
   X(kV2, 2, 2, 4)                    \
   X(kV4, 2, 4, 2)                    \
-  X(kV2u2, 2, 2, 2)                  \
-  X(kV1w, 4, 1, 2)                   \
-  X(kV2w, 4, 2, 1)
+  X(kV2u2, 2, 2, 2)
 
 // The one-pass 8-bit instance exists for fp16 in v1 and v2u2 (kernels.h: gemv_has_planes8).
 template <class T, int MT8, int U>

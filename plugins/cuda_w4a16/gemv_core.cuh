@@ -27,10 +27,10 @@ struct GemvTile {
   static constexpr int U = kU;
   static constexpr int kPitch = BN + 4;  // floats; rows 2 apart land 8 banks apart
   static constexpr int kRedFloats = BM * kPitch;  // one warp's part of the block sum
-  // Blocks per SM that v1 is meant to fit (4: at most 128 registers, which ptxas exceeds by a few on
-  // sm_80 unless told); 0 = no bound for the others. (v2u2 bounded the same way measured 1.02-1.22x
-  // its unbounded time on the H200: docs/cuda.md, "The GEMV's grid".)
-  static constexpr int kMinBlocks = MT8 == 1 && NS == 2 ? 4 : 0;
+  // Blocks per SM that v1 and v2u2 are meant to fit (4: at most 128 registers, which ptxas exceeds
+  // by a few unless told: v2u2 at 131 ran 3 blocks per SM and up to 1.4x slower, docs/cuda.md
+  // "Whole batches"); 0 = no bound for the others.
+  static constexpr int kMinBlocks = (MT8 == 1 && NS == 2) || (MT8 == 2 && kU == 2) ? 4 : 0;
 };
 
 // Which tile and K split a block of the GEMV computes. The grid is (m_tiles * n_tiles, splits): the

@@ -22,8 +22,6 @@ enum KernelId : int32_t {
   kV2,
   kV4,
   kV2u2,
-  kV1w,
-  kV2w,
   kWg16,
   kWg32,
   kWg64,

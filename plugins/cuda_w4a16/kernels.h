@@ -12,9 +12,8 @@
 namespace nibble::cuda {
 
 /// Variant names, indexed by KernelId (the plan's kernel table uses the same).
-inline constexpr const char* kKernelNames[kNumKernels] = {"s1",  "s2",  "s4",  "s8",   "l",    "v1",   "v2",
-                                                          "v4",  "v2u2", "v1w", "v2w", "wg16", "wg32",
-                                                          "wg64",  "wg128"};
+inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2",   "s4",   "s8",   "l",    "v1",   "v2",
+                                                          "v4", "v2u2", "wg16", "wg32", "wg64", "wg128"};
 
 /// Kernel setup of each file on the current device: shared-memory limits, tiles and occupancy
 /// into info[act][id] (act 0: f16, 1: bf16) for the kernels of that file. `sms` = SM count.
@@ -24,7 +23,7 @@ cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 /// define NIBBLE_CUDA_WGMMA (nvcc_archs names 90).
 cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
 
-/// The GEMV variants (kV1 ... kV2w) on m_tiles x n_tiles x `splits` blocks, `splits`
+/// The GEMV variants (kV1, kV2, kV4, kV2u2) on m_tiles x n_tiles x `splits` blocks, `splits`
 /// (<= ku, <= 65535) splitting K. planes8: the layer is an 8-bit layer as nibble planes, with
 /// zero points and groups of an even number of units (g_eff a multiple of 64), and both planes
 /// of each code are dequantized in one pass (gemv_core.cuh); only where gemv_has_planes8. whole:

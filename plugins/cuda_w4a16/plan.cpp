@@ -27,8 +27,6 @@ const KernelDesc kKernelTable[] = {
     {"v2", kV2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows"},
     {"v4", kV4, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 32 rows, half the weights in flight"},
     {"v2u2", kV2u2, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 64 x 16 rows, half the weights in flight"},
-    {"v1w", kV1w, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 128 features x 8 rows: x fragments shared by 4 strips"},
-    {"v2w", kV2w, Family::gemv, 80, kAnyCc, 0, "streaming GEMV, 128 x 16 rows, one unit per strip in flight"},
     {"wg16",  kWg16,  Family::wgmma, 90, 90,    4, "sm_90a warp-specialized stream-K, BN 256 x BM 16: bulk-copy/mbarrier pipeline, wgmma (A from registers)"},
     {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
     {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
