@@ -2,7 +2,8 @@
 # Device call 2 of 2026-12-04c: the whole-batch instances with v1 and v2u2 bounded to 4 blocks per
 # SM (128 registers: call 1 showed v2u2 at 131 registers, 3 blocks per SM, up to 1.4x slower), and
 # the wide variants removed.
-#   1. conformance (tests/test_conformance) with v1, v2, v4, v2u2 forced and auto, in parallel
+#   1. conformance (tests/test_conformance; as run on 2026-12-04 the script lacked
+#      NIBBLE_TEST_BACKEND, so this step SKIPPED: fixed here, not yet rerun) with v1, v2, v4, v2u2 forced and auto, in parallel
 #   2. forced, 2 rounds alternating: `nibble bench --backend cuda_w4a16 --shapes
 #      llama3-8b,llama3-70b --no-dense --budget 0.12` with gemv_whole 1 and 0:
 #      v1 and v2u2 at M = 8, 12, 16 (4 bits, fp16 and bf16); v2 and v4 at M = 24, 32 (4 bits,
@@ -18,8 +19,8 @@ T0=$SECONDS; S=$OUT/summary.log; TMP=$(mktemp -d)
 say() { echo "$*" | tee -a "$S"; }
 say "== call2 $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 for k in v1 v2 v4 v2u2 auto; do
-  ( if [ $k = auto ]; then env NIBBLE_PLUGIN_PATH=$P timeout 200 "$CONF" > "$TMP/conf_$k.txt" 2>&1
-    else env NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KERNEL=$k NIBBLE_PLUGIN_PATH=$P timeout 200 "$CONF" > "$TMP/conf_$k.txt" 2>&1; fi
+  ( if [ $k = auto ]; then env NIBBLE_TEST_BACKEND=cuda_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$P NIBBLE_PLUGIN_PATH=$P timeout 200 "$CONF" > "$TMP/conf_$k.txt" 2>&1
+    else env NIBBLE_TEST_BACKEND=cuda_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$P NIBBLE_CUDA_KERNEL=$k NIBBLE_TEST_REQUIRE_KERNEL=$k NIBBLE_PLUGIN_PATH=$P timeout 200 "$CONF" > "$TMP/conf_$k.txt" 2>&1; fi
     echo "exit=$?" >> "$TMP/conf_$k.txt" ) &
 done
 wait
