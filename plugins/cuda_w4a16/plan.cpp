@@ -46,7 +46,9 @@ const ChoiceRule kChoiceRules[] = {
     // kernels with their default paths (x image, weights by cp.async, the split fix-up where it
     // pays) beat every other kernel from M = 33 on every shape and from M = 17 on layers of 32 Mi
     // weights or more, except where dequantize + cuBLAS wins on the smallest layers at M >= 65.
-    // Past M = 256 dequantize + cuBLAS.
+    // Past M = 256 dequantize + cuBLAS. At M = 17-32 the GEMV v2 on layers of 52-96 Mi (the H200 of
+    // 2026-12-04, docs/cuda.md "Whole batches and wider GEMV warps").
+    {90, 90, 17, 32, 52 * kMi, 96 * kMi, 0, 0, 0, 0, kV2},
     {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
     {90, 90, 33, 64, 0, 0, 0, 0, 0, 0, kWg64},
     {90, 90, 65, 128, 0, 20 * kMi - 1, 0, 0, 0, 0, kCublas},
@@ -58,10 +60,11 @@ const ChoiceRule kChoiceRules[] = {
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
     // fp16: v2u2 on layers of 64 Mi packed weights or more (8 bits count twice: two nibble planes).
-    // bf16: v2u2 on N = 6144-10240 from 24 Mi packed weights; on N = 4096 and N >= 28672 it was
-    // up to 1.36x slower than v1 (bf16 dequantization in v2u2's 64 x 16 tile).
+    // bf16: v2u2 from 48 Mi packed weights at any N, from 24 Mi at N >= 6144 (with whole batches;
+    // 4096x4096 at 8 bits, 32 Mi, was 1.09x slower than v1).
     {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2, ActRule::f16},
-    {80, kAnyCc, 9, 16, 24 * kMi, 0, 0, 0, 6144, 10240, kV2u2, ActRule::bf16},
+    {80, kAnyCc, 9, 16, 48 * kMi, 0, 0, 0, 0, 0, kV2u2, ActRule::bf16},
+    {80, kAnyCc, 9, 16, 24 * kMi, 0, 0, 0, 6144, 0, kV2u2, ActRule::bf16},
     {80, kAnyCc, 9, 16, 0, 0, 0, 0, 0, 0, kV1},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 16383, 10240, 0, kV2},
     {80, kAnyCc, 17, 32, 0, 0, 8192, 0, 8192, 0, kV4},

@@ -137,15 +137,19 @@ TEST_CASE("M = 9-16: v2u2 or v1 by layer size, N and activation dtype") {
     CHECK(kernel_for(8192, 8192, 8, m, false) == kV2u2);
     CHECK(kernel_for(4096, 4096, 8, m, false) == kV1);  // 32 Mi packed weights
     CHECK(kernel_for(4096, 6144, 8, m, false) == kV1);  // 48 Mi
-    // bf16: v2u2 on N = 6144-10240 from 24 Mi packed weights only.
+    // bf16: v2u2 from 48 Mi packed weights at any N, from 24 Mi at N >= 6144.
     CHECK(kernel_for(4096, 6144, 4, m, true) == kV2u2);  // 24 Mi
     CHECK(kernel_for(4096, 6144, 8, m, true) == kV2u2);
     CHECK(kernel_for(8192, 10240, 4, m, true) == kV2u2);
     CHECK(kernel_for(28672, 8192, 8, m, true) == kV2u2);
-    CHECK(kernel_for(4096, 28672, 4, m, true) == kV1);  // N above 10240
-    CHECK(kernel_for(8192, 57344, 8, m, true) == kV1);
-    CHECK(kernel_for(14336, 4096, 8, m, true) == kV1);  // N below 6144
+    CHECK(kernel_for(4096, 28672, 4, m, true) == kV2u2);
+    CHECK(kernel_for(8192, 57344, 8, m, true) == kV2u2);
+    CHECK(kernel_for(14336, 4096, 4, m, true) == kV2u2);  // 56 Mi at N = 4096
+    CHECK(kernel_for(14336, 4096, 8, m, true) == kV2u2);
+    CHECK(kernel_for(4096, 4096, 8, m, true) == kV1);   // 32 Mi at N = 4096
+    CHECK(kernel_for(4096, 4096, 4, m, true) == kV1);   // 16 Mi
     CHECK(kernel_for(2048, 8192, 4, m, true) == kV1);   // 16 Mi
+    CHECK(kernel_for(4096, 5120, 4, m, true) == kV1);   // 20 Mi
   }
   for (bool bf16 : {false, true}) {
     CHECK(kernel_for(8192, 8192, 8, 8, bf16) == kV1);
@@ -245,7 +249,12 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   o.forced = -1;
   // The Hopper rules by M and layer size (the sweep of 2026-12-03).
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 32).kernel != kWg32);  // 16 Mi weights: GEMV
-  CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 32).kernel == kWg32);
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 32).kernel == kV2);  // 56 Mi: GEMV v2
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, false), o, 17).kernel == kV2);   // 80 Mi
+  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 32).kernel == kWg32);  // 112 Mi
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 24).kernel == kWg32);
+  CHECK(make_plan(shape(4096, 8192), dev.facts(90, false), o, 32).kernel == kWg32);  // 32 Mi
+  CHECK(make_plan(shape(8192, 8192), dev.facts(89, false), o, 32).kernel == kV4);    // not Hopper
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 64).kernel == kWg64);
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, false), o, 64).kernel == kWg64);
   CHECK(make_plan(shape(4096, 6144), dev.facts(90, false), o, 128).kernel == kWg64);
@@ -320,7 +329,9 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), f, 128).split_fixup);  // 224 tiles
   CHECK(!make_plan(shape(28672, 8192), dev.facts(90, false), f, 128).split_fixup);  // 109 stages per block
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), f, 64).split_fixup);     // wg64, 8 stages
-  CHECK(!make_plan(shape(14336, 4096), dev.facts(90, false), f, 32).split_fixup);   // wg32
+  const Plan wg32 = make_plan(shape(4096, 28672), dev.facts(90, false), f, 32);
+  CHECK(wg32.kernel == kWg32);
+  CHECK(!wg32.split_fixup);  // BM 32
   f.wgmma_fixup = PlanOptions::Fixup::last;
   CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), f, 128).split_fixup);
   CHECK(set_plan_option(o, "wgmma_w", "bulk", false, &why) == NIBBLE_OK);
