@@ -19,7 +19,7 @@
 #      --sweep (every kernel forced at M = 16 ... 4096 on the 8 shapes: the data behind the plan's
 #      choice rules)
 # Files under $OUT (at most 8 come back): summary.log (read it first), conformance.log,
-# bench_f16.json, bench_bf16.json, bench.txt, sweep.txt, sass.txt.
+# bench_f16.json, bench_bf16.json, bench.txt, cuda.svg (fp16), sweep.txt, sass.txt.
 set -u
 
 mode=${1:-}
@@ -138,7 +138,7 @@ for dt in f16 bf16; do
   echo "== nibble bench --dtype $dt" >> "$OUT/bench.txt"
   NIBBLE_PLUGIN_PATH=$P timeout $(( $(left) - 60 )) "$NIBBLE" bench --backend cuda_w4a16 \
     --shapes llama3-8b,llama3-70b --m 1,2,4,8,16,32,64,128,256,1024,4096 --dtype $dt --budget 0.25 \
-    --json "$OUT/bench_$dt.json" >> "$OUT/bench.txt" 2>&1
+    --json "$OUT/bench_$dt.json" $([ $dt = f16 ] && echo --svg "$OUT/cuda.svg") >> "$OUT/bench.txt" 2>&1
   say "-- bench $dt: exit $? after $((SECONDS - T0)) s (bench.txt, bench_$dt.json)"
 done
 /usr/bin/env python3 - "$OUT" <<'PY' 2>&1 | tee -a "$S"
