@@ -3,7 +3,8 @@
 # machine's Xeon host in one go (issue 15), from a bundle made by bench/xeon_bundle.sh (default
 # .gpu), run from the repository root:
 #   1. the machine: CPU, NUMA, `nibble plugins` (the kernel plan, AMX permission, calibration)
-#   2. the thread team's, work split's and AMX emulation's unit tests, the fork, host-OpenMP and
+#   2. the thread team's, work split's and AMX emulation's unit tests, bench_amx (the AMX form's
+#      time split on one core, after its check against the reference), the fork, host-OpenMP and
 #      stress tests, and the conformance suite for every forced kernel form (AMX included: SKIP
 #      where the CPU lacks it) at the default thread count, the default plan and AMX at 2 threads
 #   3. every fixture through `nibble verify`, with the default plan and with the AMX form forced
@@ -79,6 +80,10 @@ run_test thread_team 60 X=1 -- "$P/test_thread_team"
 run_test work_split 60 X=1 -- "$P/test_work_split"
 run_test kernel_choice 60 X=1 -- "$P/test_kernel_choice"
 run_test amx_emulated 120 X=1 -- "$P/test_amx_emulated"
+# Where the AMX form's time goes on one core (its table goes to tests.log), after its own check.
+run_test bench_amx_bf16 150 X=1 -- "$P/bench_amx" --check --dtype bf16 --shapes 4096x4096,8192x10240,8192x57344 \
+  --m 16,32,64,256
+run_test bench_amx_f16 90 X=1 -- "$P/bench_amx" --dtype f16 --shapes 8192x10240 --m 16,64,256
 run_test fork 60 NIBBLE_TEST_PLUGIN_DIRS="$P" -- "$T/test_fork"
 run_test host_openmp 60 NIBBLE_TEST_PLUGIN_DIRS="$P" -- "$T/test_host_openmp"
 run_test stress 60 NIBBLE_TEST_PLUGIN_DIRS="$P" NIBBLE_STRESS_SECONDS=3 -- "$T/test_stress"

@@ -60,6 +60,14 @@ inline __attribute__((always_inline)) void unroll(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
+// A diagnostic tiles type (bench_amx_kernels.cpp) may leave out the dequantization or the
+// segment ends, to time the rest of the kernel; the hardware's and the emulation's leave out
+// nothing (neither declares the flags).
+template <class Tiles>
+inline constexpr bool kSkipsDequantize = requires { requires Tiles::kSkipDequantize; };
+template <class Tiles>
+inline constexpr bool kSkipsSegmentEnds = requires { requires Tiles::kSkipSegmentEnds; };
+
 // The per-thread buffers: B tiles of one column and K block, and the stored C tiles.
 struct Scratch {
   std::vector<uint32_t, CacheAligned<uint32_t>> b;
@@ -91,8 +99,9 @@ class Gemm {
       const int64_t nb = std::min(nb_, t1 - tb);
       for (int64_t sb = a_.seg0; sb < a_.seg1; sb += sb_) {
         const int64_t se = std::min(a_.seg1, sb + sb_);
-        for (int64_t ti = 0; ti < nb; ++ti)
-          for (int64_t sg = sb; sg < se; ++sg) dequantize(tb + ti, ti, sg, sg - sb);
+        if constexpr (!kSkipsDequantize<Tiles>)
+          for (int64_t ti = 0; ti < nb; ++ti)
+            for (int64_t sg = sb; sg < se; ++sg) dequantize(tb + ti, ti, sg, sg - sb);
         for (int64_t block = 0; block < blocks_; block += kRowBlocks) {
           [[maybe_unused]] const bool two_blocks = kRowBlocks == 2 && block + 1 < blocks_;
           for (int64_t ti = 0; ti < nb; ti += 2) {
@@ -206,6 +215,7 @@ class Gemm {
     unroll<RB>([&](auto r) {
       unroll<NT>([&](auto n) { Tiles::template store<r * 2 + n>(c_ + (r * 2 + n) * 256, 64); });
     });
+    if constexpr (kSkipsSegmentEnds<Tiles>) return;
     const int64_t g = w_.seg_group[size_t(sg)];
     const bool first = sg == a_.seg0;
     unroll<NT>([&](auto n) {
