@@ -9,12 +9,13 @@
 //
 //   bench_amx [--shapes 4096x4096,8192x10240] [--m 16,32,64,256] [--dtype bf16|f16]
 //             [--budget SECONDS per point] [--check] [--emulated]
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,7 +51,8 @@ struct Call {
     xs.assign(size_t((m + l.rb - 1) / l.rb * cw.segments() * 2 * l.rb), 0.0f);
     y.assign(size_t(m * ldy), 0.0f);
     cpu::gather_x(cw, x.data(), s.act_dtype, l, m, xp.data(), xs.data(), cpu::TeamMember(nullptr, 0, 1));
-    a = cpu::FusedArgs{&cw, xp.data(), xs.data(), m, l.rb, y.data(), ldy, false, l.form, 0, cw.segments(), steps};
+    a = cpu::FusedArgs{&cw, xp.data(), xs.data(), m, l.rb,          y.data(),
+                       ldy, false,     l.form,    0, cw.segments(), steps};
     a.prefetch = cpu::stream_prefetch();
   }
   Call(const Call&) = delete;
@@ -99,8 +101,9 @@ int check(bool emulated) {
             ++cases;
             if (!r.ok) {
               ++failures;
-              fmt::print("check FAILED: {} M={}: {} elements out of tolerance, worst [{}, {}] got {} want {}\n", s.name,
-                         m, r.failures, r.worst_m, r.worst_n, r.worst_got, r.worst_want);
+              fmt::print(
+                  "check FAILED: {} M={}: {} elements out of tolerance, worst [{}, {}] got {} want {}\n",
+                  s.name, m, r.failures, r.worst_m, r.worst_n, r.worst_got, r.worst_want);
             }
           }
   fmt::print("check ({}): {} cases, {} failed\n", emulated ? "emulated tiles" : "AMX", cases, failures);
@@ -108,7 +111,18 @@ int check(bool emulated) {
 }
 
 double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A positive number of a list option, or an error naming the option and what it found.
+int64_t positive(const char* option, const std::string& v) {
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || n <= 0 || n > (int64_t(1) << 20))
+    throw std::invalid_argument(
+        fmt::format("{}: expected a positive integer up to 2^20, found '{}'", option, v));
+  return n;
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -133,9 +147,28 @@ int main(int argc, char** argv) {
   app.add_option("--m", ms, "M list");
   app.add_option("--dtype", dtype, "activation dtype")->check(CLI::IsMember({"bf16", "f16"}));
   app.add_option("--budget", budget, "seconds per point (all variants)")->check(CLI::Range(0.01, 60.0));
-  app.add_flag("--check", want_check, "compare the full kernel with the reference first (exit 1 on a mismatch)");
+  app.add_flag("--check", want_check,
+               "compare the full kernel with the reference first (exit 1 on a mismatch)");
   app.add_flag("--emulated", emulated, "only the check, on the tile emulation (no AMX needed)");
   CLI11_PARSE(app, argc, argv);
+  // The lists, checked before anything runs (on any CPU).
+  std::vector<std::pair<int64_t, int64_t>> layers;
+  std::vector<int64_t> m_list;
+  try {
+    for (const std::string& sh : split(shapes)) {
+      const size_t xpos = sh.find('x');
+      if (xpos == std::string::npos)
+        throw std::invalid_argument(fmt::format("--shapes: expected KxN, found '{}'", sh));
+      layers.emplace_back(positive("--shapes K", sh.substr(0, xpos)),
+                          positive("--shapes N", sh.substr(xpos + 1)));
+    }
+    for (const std::string& mstr : split(ms)) m_list.push_back(positive("--m", mstr));
+    if (layers.empty() || m_list.empty())
+      throw std::invalid_argument("--shapes and --m: expected at least one value each");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_amx: {}\n", e.what());
+    return 2;
+  }
 
   if (emulated) {
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
@@ -152,45 +185,46 @@ int main(int argc, char** argv) {
   }
   if (want_check && check(false)) return 1;
 
-  const DType dt = dtype == "f16" ? DType::f16 : DType::bf16;
-  fmt::print("{:>12} {:>5} {:>16} {:>11} {:>9} {:>8}\n", "shape", "M", "variant", "median us", "TFLOP/s", "x full");
-  for (const std::string& sh : split(shapes)) {
-    const size_t xpos = sh.find('x');
-    if (xpos == std::string::npos) {
-      fmt::print(stderr, "--shapes: expected KxN, found '{}'\n", sh);
-      return 2;
-    }
-    const int64_t k = std::stoll(sh.substr(0, xpos)), n = std::stoll(sh.substr(xpos + 1));
-    const CanonicalLinear w = random_canonical(spec_of(k, n, dt, WeightType::uint4b8, 128), 1);
-    for (const std::string& mstr : split(ms)) {
-      const int64_t m = std::stoll(mstr);
-      const Tensor x = random_activations(m, k, dt, 2);
-      Call c(w, x);
-      // Rounds of the variants in turn, so that a change of the machine's state falls on all.
-      constexpr int kRounds = 3;
-      std::vector<std::vector<double>> times(std::size(cpu::amx::kDiags));
-      const double share_us = budget * 1e6 / kRounds / double(std::size(cpu::amx::kDiags));
-      for (size_t v = 0; v < std::size(cpu::amx::kDiags); ++v)  // warm-up
-        cpu::amx::gemm_amx_diag(cpu::amx::kDiags[v], c.a, 0, c.cw.tiles);
-      for (int r = 0; r < kRounds; ++r)
-        for (size_t v = 0; v < std::size(cpu::amx::kDiags); ++v) {
-          const double t0 = now_us();
-          do {
-            const double s = now_us();
-            cpu::amx::gemm_amx_diag(cpu::amx::kDiags[v], c.a, 0, c.cw.tiles);
-            times[v].push_back(now_us() - s);
-          } while (now_us() - t0 < share_us);
+  try {
+    const DType dt = dtype == "f16" ? DType::f16 : DType::bf16;
+    fmt::print("{:>12} {:>5} {:>16} {:>11} {:>9} {:>8}\n", "shape", "M", "variant", "median us", "TFLOP/s",
+               "x full");
+    for (const auto& [k, n] : layers) {
+      const std::string sh = fmt::format("{}x{}", k, n);
+      const CanonicalLinear w = random_canonical(spec_of(k, n, dt, WeightType::uint4b8, 128), 1);
+      for (const int64_t m : m_list) {
+        const Tensor x = random_activations(m, k, dt, 2);
+        Call c(w, x);
+        // Rounds of the variants in turn, so that a change of the machine's state falls on all.
+        constexpr int kRounds = 3;
+        std::vector<std::vector<double>> times(std::size(cpu::amx::kDiags));
+        const double share_us = budget * 1e6 / kRounds / double(std::size(cpu::amx::kDiags));
+        for (size_t v = 0; v < std::size(cpu::amx::kDiags); ++v)  // warm-up
+          cpu::amx::gemm_amx_diag(cpu::amx::kDiags[v], c.a, 0, c.cw.tiles);
+        for (int r = 0; r < kRounds; ++r)
+          for (size_t v = 0; v < std::size(cpu::amx::kDiags); ++v) {
+            const double t0 = now_us();
+            do {
+              const double s = now_us();
+              cpu::amx::gemm_amx_diag(cpu::amx::kDiags[v], c.a, 0, c.cw.tiles);
+              times[v].push_back(now_us() - s);
+            } while (now_us() - t0 < share_us);
+          }
+        double full = 0;
+        for (size_t v = 0; v < times.size(); ++v) {
+          std::vector<double>& t = times[v];
+          std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+          const double med = t[t.size() / 2];
+          if (v == 0) full = med;
+          fmt::print("{:>12} {:>5} {:>16} {:>11.1f} {:>9.3f} {:>8.2f}\n", sh, m,
+                     cpu::amx::diag_name(cpu::amx::kDiags[v]), med,
+                     2.0 * double(m) * double(n) * double(k) / med * 1e-6, med / full);
         }
-      double full = 0;
-      for (size_t v = 0; v < times.size(); ++v) {
-        std::vector<double>& t = times[v];
-        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-        const double med = t[t.size() / 2];
-        if (v == 0) full = med;
-        fmt::print("{:>12} {:>5} {:>16} {:>11.1f} {:>9.3f} {:>8.2f}\n", sh, m, cpu::amx::diag_name(cpu::amx::kDiags[v]),
-                   med, 2.0 * double(m) * double(n) * double(k) / med * 1e-6, med / full);
       }
     }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_amx: {}\n", e.what());
+    return 2;
   }
   return 0;
 }
