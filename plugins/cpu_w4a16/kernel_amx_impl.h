@@ -46,6 +46,11 @@
 #include "scales_avx512.h"
 
 namespace nibble::cpu::amx {
+// Internal linkage, as kernel_fused_impl.h: each file that includes this compiles it with its own
+// tiles type and flags, and nothing of it may be exported from the plugin: as weak symbols of
+// default visibility, the member functions and the lambdas the compiler kept out of line were
+// called through the PLT from the plugin (docs/benchmarks.md, "The AMX form's calls").
+namespace {
 
 /// Bytes of B tiles one K block may use when several blocks of rows reuse them (L2).
 constexpr int64_t kBlockBytes = 128 << 10;
@@ -82,8 +87,12 @@ class Gemm {
     steps_ = a.tile_steps;
     rb_ = a.rb;
     blocks_ = (a.m + rb_ - 1) / rb_;
-    nb_ = blocks_ > 1 ? kColumnBlock : 2;
-    sb_ = blocks_ > 1 ? std::max<int64_t>(1, kBlockBytes / (nb_ * steps_ * kPairsPerStep * 64)) : 1;
+    // B tiles used by one pass of row blocks (every row in one segment() call: M <= 32 for bf16
+    // x, M <= 16 for fp16) are used once, as soon as they are made, from L1: a pair of tiles and
+    // one segment at a time. Only several passes reuse a larger block, from L2.
+    const bool reused = blocks_ > kRowBlocks;
+    nb_ = reused ? kColumnBlock : 2;
+    sb_ = reused ? std::max<int64_t>(1, kBlockBytes / (nb_ * steps_ * kPairsPerStep * 64)) : 1;
     const size_t bwords = size_t(nb_ * sb_ * steps_ * kPairsPerStep * 16);
     if (s.b.size() < bwords) s.b.resize(bwords);
     if (s.c.size() < 4 * 256) s.c.resize(4 * 256);
@@ -94,7 +103,6 @@ class Gemm {
   void run(int64_t t0, int64_t t1) {
     const TileConfig cfg = tile_config(int(rb_));
     Tiles::config(cfg);
-    constexpr int64_t kRowBlocks = P == 1 ? 2 : 1;
     for (int64_t tb = t0; tb < t1; tb += nb_) {
       const int64_t nb = std::min(nb_, t1 - tb);
       for (int64_t sb = a_.seg0; sb < a_.seg1; sb += sb_) {
@@ -129,6 +137,10 @@ class Gemm {
   }
 
  private:
+  // Row blocks one segment() call covers: 2 of bf16 x (2 x 2 C tiles), 1 of fp16 x (whose hi and
+  // lo parts take both A tiles).
+  static constexpr int64_t kRowBlocks = P == 1 ? 2 : 1;
+
   const uint32_t* a_tile(int64_t block, int64_t sg, int64_t step, int part) const {
     return reinterpret_cast<const uint32_t*>(a_.xp) +
            ((((block * segs_ + sg) * steps_ + step) * P + part) * rb_) * 16;
@@ -265,4 +277,5 @@ void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
+}  // namespace
 }  // namespace nibble::cpu::amx
