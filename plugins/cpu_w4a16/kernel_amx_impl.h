@@ -158,8 +158,35 @@ class Gemm {
   void dequantize(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
     if (w_.code_bits == 2)
       dequantize_bits<2>(t, ti, sg, sgi);
+    else if (a_.prefetch == Prefetch::kT0)
+      dequantize_4bit<Prefetch::kT0>(t, ti, sg, sgi);
+    else if (a_.prefetch == Prefetch::kNta)
+      dequantize_4bit<Prefetch::kNta>(t, ti, sg, sgi);
     else
-      dequantize_bits<4>(t, ti, sg, sgi);
+      dequantize_4bit<Prefetch::kNone>(t, ti, sg, sgi);
+  }
+  // 4-bit codes: a segment's lines are one run of codes and its B tiles one run of rows (4 per
+  // line), so the loop is a line's load, 3 shifts, 4 vpternlogd and 4 stores, and its prefetch.
+  template <Prefetch H>
+  void dequantize_4bit(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
+    const __m512i mask = _mm512_set1_epi32(0x000f000f), one = _mm512_set1_epi32(0x43004300);
+    const int64_t l0 = w_.seg_line[size_t(sg)], lines = w_.seg_line[size_t(sg + 1)] - l0;
+    const uint32_t* src = w_.tile_codes(t) + w_.line_offset(l0);
+    uint32_t* rows = b_tile(ti, sgi, 0);
+    // Integer arithmetic, not a pointer: the prefetch may run past the end of the codes.
+    uintptr_t ahead = uintptr_t(src + kPrefetchLines * kTileN);
+    for (int64_t i = 0; i < lines; ++i, src += kTileN, rows += 4 * 16, ahead += kTileN * sizeof(uint32_t)) {
+      if constexpr (H == Prefetch::kNta) _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_NTA);
+      else if constexpr (H == Prefetch::kT0) _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      const __m512i codes = _mm512_load_si512(src);
+      _mm512_store_si512(rows, _mm512_ternarylogic_epi32(codes, mask, one, 0xea));  // rows 0, 4 at bits 0, 16
+      _mm512_store_si512(rows + 16, _mm512_ternarylogic_epi32(_mm512_srli_epi32(codes, 4), mask, one, 0xea));
+      _mm512_store_si512(rows + 32, _mm512_ternarylogic_epi32(_mm512_srli_epi32(codes, 8), mask, one, 0xea));
+      _mm512_store_si512(rows + 48, _mm512_ternarylogic_epi32(_mm512_srli_epi32(codes, 12), mask, one, 0xea));
+    }
+    // Rows past the segment's end, to the end of its last K step.
+    for (int64_t i = lines; i < used_steps(sg) * kStepLines; ++i, rows += 4 * 16)
+      for (int p = 0; p < 4; ++p) _mm512_store_si512(rows + p * 16, _mm512_setzero_si512());
   }
   template <int B>
   void dequantize_bits(int64_t t, int64_t ti, int64_t sg, int64_t sgi) {
