@@ -46,7 +46,7 @@ const ChoiceRule kChoiceRules[] = {
     // kernels with their default paths (x image, weights by cp.async, the split fix-up where it
     // pays) beat every other kernel from M = 33 on every shape and from M = 17 on layers of 32 Mi
     // weights or more, except where dequantize + cuBLAS wins on the smallest layers at M >= 65.
-    // Past M = 256 dequantize + cuBLAS. At M = 17-32 the GEMV v2 on layers of 52-96 Mi (the H200 of
+    // Past M = 256 dequantize + cuBLAS, but for the row below. At M = 17-32 the GEMV v2 on layers of 52-96 Mi (the H200 of
     // 2026-12-04, docs/cuda.md "Whole batches and wider GEMV warps").
     {90, 90, 17, 32, 52 * kMi, 96 * kMi, 0, 0, 0, 0, kV2},
     {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
@@ -56,6 +56,12 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
     {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
+    // M = 257-1024 on 4-bit layers of K >= 20000 and 192-256 Mi weights (the 70B down projection,
+    // 28672x8192): wg128 beat dequantize + cuBLAS at M = 1024 on the H200 (899 against 943 µs, the
+    // sweep of 2026-12-04b call 1) and on an H100 (906 against 1005, 2026-12-06 call 4), and by 2x
+    // at M = 256; the bounds keep 8-bit layers (two nibble planes: K and weights doubled, twice the
+    // products) and the other shapes, where cuBLAS was faster or tied, on dequantize + cuBLAS.
+    {90, 90, 257, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
