@@ -46,8 +46,8 @@ const ChoiceRule kChoiceRules[] = {
     // kernels with their default paths (x image, weights by cp.async, the split fix-up where it
     // pays) beat every other kernel from M = 33 on every shape and from M = 17 on layers of 32 Mi
     // weights or more, except where dequantize + cuBLAS wins on the smallest layers at M >= 65.
-    // Past M = 256 dequantize + cuBLAS, but for the row below. At M = 17-32 the GEMV v2 on layers of 52-96 Mi (the H200 of
-    // 2026-12-04, docs/cuda.md "Whole batches and wider GEMV warps").
+    // Past M = 256 dequantize + cuBLAS, but for the rows below. At M = 17-32 the GEMV v2 on
+    // layers of 52-96 Mi (the H200 of 2026-12-04, docs/cuda.md "Whole batches and wider GEMV warps").
     {90, 90, 17, 32, 52 * kMi, 96 * kMi, 0, 0, 0, 0, kV2},
     {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
     {90, 90, 33, 64, 0, 0, 0, 0, 0, 0, kWg64},
@@ -56,12 +56,14 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
     {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
-    // M = 257-1024 on 4-bit layers of K >= 20000 and 192-256 Mi weights (the 70B down projection,
-    // 28672x8192): wg128 beat dequantize + cuBLAS at M = 1024 on the H200 (899 against 943 µs, the
-    // sweep of 2026-12-04b call 1) and on an H100 (906 against 1005, 2026-12-06 call 4), and by 2x
-    // at M = 256; the bounds keep 8-bit layers (two nibble planes: K and weights doubled, twice the
-    // products) and the other shapes, where cuBLAS was faster or tied, on dequantize + cuBLAS.
-    {90, 90, 257, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128},
+    // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
+    // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): wg128 where it beat
+    // dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on the 70B
+    // down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200 at
+    // M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
+    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 4},
+    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 4},
+    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 4},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
@@ -334,7 +336,7 @@ Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o
     if (!in(dev.cc, r.min_cc, r.max_cc) || !in(m, r.min_m, r.max_m) ||
         !in(weights, r.min_weights, r.max_weights) || !in(s.k, r.min_k, r.max_k) ||
         !in(s.n, r.min_n, r.max_n) || (r.act == ActRule::f16 && dev.bf16) ||
-        (r.act == ActRule::bf16 && !dev.bf16))
+        (r.act == ActRule::bf16 && !dev.bf16) || (r.max_bits != 0 && s.bits > r.max_bits))
       continue;
     const KernelDesc& d = kernel_desc(r.kernel);
     if (d.family == Family::cublas && (o.cublas_min_m <= 0 || m < o.cublas_min_m)) continue;

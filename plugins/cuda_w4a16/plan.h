@@ -52,6 +52,7 @@ struct ChoiceRule {
   int64_t min_n, max_n;
   KernelId kernel;
   ActRule act = ActRule::any;  ///< the layer's activation dtype the row is for
+  int32_t max_bits = 0;        ///< the widest real weight width the row is for (0 = any)
 };
 extern const ChoiceRule kChoiceRules[];
 extern const int kChoiceRulesSize;
@@ -69,6 +70,7 @@ struct DeviceFacts {
 struct ShapeFacts {
   int64_t k = 0, n = 0, n_pad = 0;  ///< of the packed layer (8 bits as two nibble planes: k doubled)
   int32_t ku = 0, kt = 0;
+  int32_t bits = 4;  ///< the real layer's weight width (k, n above are its 4-bit image's)
 };
 
 /// The plugin's options (set_option / environment).

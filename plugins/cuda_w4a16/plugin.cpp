@@ -165,6 +165,7 @@ ShapeFacts shape_facts(const Prepared& p) {
   s.n_pad = p.lp.n_pad;
   s.ku = p.lp.ku;
   s.kt = p.lp.kt;
+  s.bits = p.spec.bits;
   return s;
 }
 

@@ -181,17 +181,20 @@ TEST_CASE("the automatic choice finds a kernel for every M and shape on every ar
                 CHECK(m >= cublas_min_m);
               }
               CHECK(decline_reason(kd, dev.facts(cc, cublas, wgmma), s, m).empty());
-              // M = 17-256 on Hopper only (to 1024 on layers of K >= 20000 and 192-256 Mi weights), M <= 32
-              // on 32 Mi weights or more
+              // M = 17-256 on Hopper only, M <= 32 on 32 Mi weights or more; past 256 on larger
+              // layers the larger M is, to 1024 on layers of K >= 20000 and 192-256 Mi weights
               if (kd.family == Family::wgmma) {
                 CHECK(cc == 90);
                 CHECK(wgmma);
                 CHECK(m > 16);
-                if (m > 256) {
-                  CHECK(m <= 1024);
+                const int64_t mi = int64_t(1) << 20;
+                CHECK(m <= 1024);
+                if (m > 256) CHECK(k * n >= 32 * mi);
+                if (m > 384) CHECK(k * n >= 80 * mi);
+                if (m > 640) {
                   CHECK(k >= 20000);
-                  CHECK(k * n >= 192 * (int64_t(1) << 20));
-                  CHECK(k * n <= 256 * (int64_t(1) << 20));
+                  CHECK(k * n >= 192 * mi);
+                  CHECK(k * n <= 256 * mi);
                 }
                 if (m <= 32) CHECK(k * n >= 32 * (int64_t(1) << 20));
                 CHECK(p.x_image);
@@ -270,14 +273,33 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
   CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel == kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 1024).kernel == kCublas);
-  // 28672x8192 at M = 257-1024: wg128 (measured at 1024 on an H200 and an H100), not at 8 bits
-  // (as two nibble planes: K 57344, 448 Mi), nor past 1024, nor the layers beside it.
+  // Past M = 256 (4 bits): wg128 on the larger layers, the larger M the larger the layer, to 1024
+  // on 28672x8192 only; 8-bit layers (two nibble planes, K doubled) and Ampere on dequantize + cuBLAS.
+  auto eight = [](int64_t k, int64_t n) {
+    ShapeFacts s = shape(2 * k, n);
+    s.bits = 8;
+    return s;
+  };
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg128);
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 385).kernel == kCublas);
+  CHECK(make_plan(shape(4096, 6144), dev.facts(90, true), o, 257).kernel == kCublas);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 384).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 385).kernel == kCublas);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 641).kernel == kCublas);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 641).kernel == kCublas);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 700).kernel == kWg128);
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 257).kernel == kWg128);
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1024).kernel == kWg128);
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1025).kernel == kCublas);
-  CHECK(make_plan(shape(2 * 28672, 8192), dev.facts(90, true), o, 1024).kernel == kCublas);
+  CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 257).kernel == kCublas);
+  CHECK(make_plan(eight(28672, 8192), dev.facts(90, true), o, 1024).kernel == kCublas);
+  CHECK(make_plan(eight(4096, 4096), dev.facts(90, true), o, 256).kernel == kWg128);  // M <= 256: any width
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 1024).kernel == kCublas);
   CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel != kWg128);
+  // Without cuBLAS past M = 256 the table's last rows (tiled l) serve 8-bit layers, never wgmma.
+  CHECK(make_plan(eight(8192, 10240), dev.facts(90, false, true), o, 300).kernel == kL);
   // Where the rules pick dequantize + cuBLAS, a plugin without cuBLAS (or below cublas_min_m)
   // gets the next row's wgmma kernel.
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, true), o, 128).kernel == kCublas);
