@@ -69,6 +69,13 @@ cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uin
                                  int32_t strips, int32_t ku, uint32_t g_magic, int32_t n0, int32_t nc,
                                  Act act, void* out, cudaStream_t stream);
 
+/// The same for an 8-bit layer's nibble planes (packed groups in pairs, low plane then high, upg
+/// units each; planes8_dense_pairs holds): both planes summed into out[x_map[r]][nc] for the low
+/// plane's rows r, that is the real layer's K rows (rows no low-plane row maps to are not written).
+cudaError_t launch_dequant_dense_planes8(const void* w, const void* scale_rec, const uint8_t* zero_rec,
+                                         const int32_t* x_map, int32_t strips, int32_t ku, int32_t upg, int32_t n0,
+                                         int32_t nc, Act act, void* out, cudaStream_t stream);
+
 /// The wgmma kernels' x operand laid out once per call (GemmParams::x_image): for m tile mt of
 /// `bm` rows and k stage ks, the shared-memory x tile of that stage (wgmma_layout.h: rows of 128
 /// bytes in the mma's K order and the 128-byte swizzle) at out + (mt * kt + ks) * bm * 128, zero

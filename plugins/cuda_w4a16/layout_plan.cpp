@@ -137,4 +137,24 @@ int32_t check_scales(const nibble_linear_spec& s, const void* scales, std::strin
   return NIBBLE_OK;
 }
 
+bool planes8_dense_pairs(const PlannedLayer& layer, const nibble_linear_spec& real) {
+  const LayoutPlan& lp = layer.lp;
+  const int64_t x_k = real.k;
+  const std::vector<int32_t>& xm = layer.x_map;
+  if (real.bits != 8 || !layer.planes || layer.planes->real_k != x_k || layer.planes->spec.bits != 4 || !lp.perm.empty() ||
+      lp.g_eff <= 0 || lp.k_pad % (2 * int64_t(lp.g_eff)) != 0 || int64_t(xm.size()) != lp.k_pad || x_k <= 0)
+    return false;
+  std::vector<uint8_t> seen(size_t(x_k), 0);
+  int64_t covered = 0;
+  for (int64_t base = 0; base < lp.k_pad; base += 2 * int64_t(lp.g_eff))
+    for (int64_t r = base; r < base + lp.g_eff; ++r) {
+      const int32_t c = xm[size_t(r)];
+      if (c != xm[size_t(r + lp.g_eff)] || c >= x_k || c < -1) return false;
+      if (c < 0) continue;
+      if (seen[size_t(c)]++) return false;
+      ++covered;
+    }
+  return covered == x_k;
+}
+
 }  // namespace nibble::cuda

@@ -59,6 +59,13 @@ struct PlannedLayer {
 int32_t plan_layer(const nibble_linear_spec& s, const nibble_canonical_weights& w, PlannedLayer* out,
                    std::string* why);
 
+/// Whether the packed rows of an 8-bit layer's nibble planes pair up for the dense path's one-pass
+/// dequantization (launch_dequant_dense_planes8): packed rows in the 4-bit layer's order (no perm),
+/// packed groups of g_eff rows in pairs (the low plane, then the high plane), each low-plane row r
+/// and its twin r + g_eff reading the same x column, and the low-plane rows reading every column
+/// of x in [0, real.k) exactly once (padding rows: -1 in both planes). False for other widths.
+bool planes8_dense_pairs(const PlannedLayer& layer, const nibble_linear_spec& real);
+
 /// Checks that every canonical scale is finite and fits the activation dtype (fp16 tops out at
 /// 65504). NIBBLE_OK or NIBBLE_ERR_UNSUPPORTED with the first scale that does not.
 int32_t check_scales(const nibble_linear_spec& s, const void* scales, std::string* why);

@@ -156,6 +156,9 @@ struct Prepared {
   LayoutPlan lp;    // perm and gmap dropped after the upload
   DeviceBuffer w, scale_rec, zero_rec, bias;
   DeviceBuffer x_map;  // [k_pad] x column of each packed row (-1: zero), or none: x read as it is
+  // dequantize + cuBLAS: an 8-bit layer's two planes summed into a dense copy of the real K rows
+  // (planes8_dense_pairs), multiplied with x as it is; else the 4-bit image's k_pad rows and x gathered
+  bool dense8 = false;
 };
 
 ShapeFacts shape_facts(const Prepared& p) {
@@ -312,6 +315,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "layer '%s': zeros %s for weight type %d",
                   s->layer_name, zp ? "missing" : "present", s->weight_type);
     auto p = std::make_unique<Prepared>();
+    p->dense8 = planes8_dense_pairs(layer, *s);
     p->lp = std::move(layer.lp);
     const std::vector<int32_t>& x_map = layer.x_map;
     p->x_k = s->k;
@@ -376,18 +380,27 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
 
 // Dequantizes column chunks of at most ~128 MiB into a dense temporary and multiplies each with
 // cuBLAS (exllama's large-batch path): at large M the GEMM dominates and the dequantization adds
-// 2.5 bytes per weight of traffic.
+// 2.5 bytes per weight of traffic. x: [m][kx], gathered through the x map (the 4-bit image's
+// k_pad rows) or, for dense8, the real x padded to kx columns (the dense rows past K are zeroed).
 int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, void* y, Workspace& ws,
                      cudaStream_t stream, char* msg, size_t cap) {
   const LayoutPlan& lp = p.lp;
-  int64_t nc = std::max<int64_t>(kNPad, (int64_t(128) << 20) / (lp.k_pad * 2) / kNPad * kNPad);
+  int64_t nc = std::max<int64_t>(kNPad, (int64_t(128) << 20) / (kx * 2) / kNPad * kNPad);
   nc = std::min(nc, lp.n_pad);
-  if (int32_t st = ensure(ws, ws.dense, size_t(lp.k_pad) * size_t(nc) * 2, false, stream, msg, cap)) return st;
+  if (int32_t st = ensure(ws, ws.dense, size_t(kx) * size_t(nc) * 2, false, stream, msg, cap)) return st;
+  if (p.dense8 && kx > p.x_k)
+    NIBBLE_CUDA_TRY(cudaMemsetAsync(static_cast<char*>(ws.dense.p) + size_t(p.x_k) * size_t(nc) * 2, 0,
+                                    size_t(kx - p.x_k) * size_t(nc) * 2, stream));
   for (int64_t n0 = 0; n0 < lp.n; n0 += nc) {
     const int64_t cols = std::min(nc, lp.n_pad - n0);
-    NIBBLE_CUDA_TRY(launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p),
-                                         lp.strips, lp.ku, lp.g_magic, int32_t(n0), int32_t(cols), p.act,
-                                         ws.dense.p, stream));
+    if (p.dense8)
+      NIBBLE_CUDA_TRY(launch_dequant_dense_planes8(
+          p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p), static_cast<const int32_t*>(p.x_map.p),
+          lp.strips, lp.ku, lp.g_eff / kUnitK, int32_t(n0), int32_t(cols), p.act, ws.dense.p, stream));
+    else
+      NIBBLE_CUDA_TRY(launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p),
+                                           lp.strips, lp.ku, lp.g_magic, int32_t(n0), int32_t(cols), p.act,
+                                           ws.dense.p, stream));
     std::string why;
     const int64_t ncols = std::min(cols, lp.n - n0);
     if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, ws.dense.p, cols,
@@ -427,14 +440,17 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     // x as the kernels read it: rows 16-byte aligned, in packed row order. Act order and nibble
     // planes gather (columns through the x map, zeros for padding rows); an odd K or pointer only
     // pads.
+    // The dense copy of an 8-bit layer (dense8) has the real K rows: x as it is, padded only.
+    const bool dense8 = kd.family == Family::cublas && p.dense8;
+    const int64_t k_in = dense8 ? p.x_k : lp.k;
     const void* xk = x->data;
-    int64_t ldx = lp.k, kx = lp.k;
-    const bool gather = p.x_map.p != nullptr;
-    if (gather || (lp.k % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
-      const int64_t kp = gather ? lp.k_pad : (lp.k + 7) / 8 * 8;
+    int64_t ldx = k_in, kx = k_in;
+    const bool gather = p.x_map.p != nullptr && !dense8;
+    if (gather || (k_in % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
+      const int64_t kp = gather ? lp.k_pad : (k_in + 7) / 8 * 8;
       if (int32_t st = ensure(ws, ws.xbuf, size_t(m) * size_t(kp) * 2, false, stream, msg, cap)) return st;
-      NIBBLE_CUDA_TRY(
-          launch_prep_x(x->data, m, p.x_k, static_cast<const int32_t*>(p.x_map.p), kp, ws.xbuf.p, stream));
+      NIBBLE_CUDA_TRY(launch_prep_x(x->data, m, p.x_k, gather ? static_cast<const int32_t*>(p.x_map.p) : nullptr,
+                                    kp, ws.xbuf.p, stream));
       xk = ws.xbuf.p;
       ldx = kx = kp;
     }
@@ -520,7 +536,9 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     const Plan plan = make_plan(shape_facts(p), facts, current_options(), m);
     const KernelDesc& kd = kernel_desc(plan.kernel);
     if (!plan.declined.empty()) return fail(NIBBLE_OK, msg, cap, "declined (%s)", plan.declined.c_str());
-    if (kd.family == Family::cublas) return fail(NIBBLE_OK, msg, cap, "cublas (dequantize + cublasGemmEx)");
+    if (kd.family == Family::cublas)
+      return fail(NIBBLE_OK, msg, cap, "cublas (dequantize%s + cublasGemmEx)",
+                  p.dense8 ? " of both 8-bit planes in one pass" : "");
     const KernelInfo& ki = facts.info[plan.kernel];
     if (kd.family == Family::gemv) {
       const std::string prefetch =

@@ -131,6 +131,57 @@ __global__ void __launch_bounds__(256) dequant_dense_kernel(const uint4* __restr
   }
 }
 
+// The same for an 8-bit layer's two nibble planes, summed into a dense copy of the real layer:
+// one block per (8 strips, k-unit of a low plane); the unit's twin in the high plane is upg units
+// on (the next packed group, whose records are 16 s and zh). Each weight is s (lo - zl) + 16 s
+// (hi - zh) = s (q - z), exact in fp32 (|q - z| < 2^8, s of at most 11 significant bits), rounded
+// once as the 4-bit path rounds. Row r of the unit lands on dense row x_map[r] (the real row of x
+// it reads; -1: a padding row, skipped): the dense matrix has the real K rows and x needs no
+// gather. planes8_dense_pairs (layout_plan.h) checks on the host that this covers every row once.
+template <class T>
+__global__ void __launch_bounds__(256)
+    dequant_dense_planes8_kernel(const uint4* __restrict__ w, const T* __restrict__ scale_rec,
+                                 const uint8_t* __restrict__ zero_rec, const int32_t* __restrict__ x_map,
+                                 int32_t strips, int32_t ku, int32_t upg, int32_t n0, int32_t nc,
+                                 T* __restrict__ out) {
+  constexpr int kPitch = 8 * kStripN + 8;
+  __shared__ __align__(16) uint16_t tile[kUnitK][kPitch];
+  __shared__ int32_t dst_row[kUnitK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2;
+  const int pair = int(blockIdx.y) / upg, j = int(blockIdx.y) - pair * upg;
+  const int unit_lo = 2 * pair * upg + j, unit_hi = unit_lo + upg;
+  const int64_t strip = n0 / kStripN + int64_t(blockIdx.x) * 8 + warp;
+  const uint4 ql = w[(strip * ku + unit_lo) * 32 + lane];
+  const uint4 qh = w[(strip * ku + unit_hi) * 32 + lane];
+  const int64_t rl = ((int64_t(2) * pair) * strips + strip) * 8 + gid;
+  const int64_t rh = rl + int64_t(strips) * 8;
+  if (threadIdx.x < kUnitK) dst_row[threadIdx.x] = x_map[int64_t(unit_lo) * kUnitK + threadIdx.x];
+  const uint32_t lo_words[4] = {ql.x, ql.y, ql.z, ql.w}, hi_words[4] = {qh.x, qh.y, qh.z, qh.w};
+#pragma unroll
+  for (int wd = 0; wd < 4; ++wd)
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      int row, col;
+      unit_nibble_position(lane, wd, b, &row, &col);
+      const int r = 2 * (col >> 4) + ((col >> 3) & 1);
+      const float sl = Ops<T>::to_float(scale_rec[rl * 4 + r]), sh = Ops<T>::to_float(scale_rec[rh * 4 + r]);
+      const int zl = zero_rec ? zero_rec[rl * 4 + r] : 8, zh = zero_rec ? zero_rec[rh * 4 + r] : 8;
+      const int lo = int((lo_words[wd] >> (4 * b)) & 0xfu), hi = int((hi_words[wd] >> (4 * b)) & 0xfu);
+      const T v = Ops<T>::from_float(float(lo - zl) * sl + float(hi - zh) * sh);
+      tile[row][warp * kStripN + col] = *reinterpret_cast<const uint16_t*>(&v);
+    }
+  __syncthreads();
+  T* dst = out + int64_t(blockIdx.x) * 8 * kStripN;
+#pragma unroll
+  for (int i = threadIdx.x; i < kUnitK * 32; i += 256) {
+    const int row = i >> 5, chunk = i & 31;
+    const int32_t xr = dst_row[row];
+    if (xr >= 0)
+      *reinterpret_cast<uint4*>(dst + int64_t(xr) * nc + chunk * 8) =
+          *reinterpret_cast<const uint4*>(&tile[row][chunk * 8]);
+  }
+}
+
 template <class T>
 __global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t m, int64_t n) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -209,6 +260,21 @@ cudaError_t launch_dequant_dense(const void* w, const void* scale_rec, const uin
     dequant_dense_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
         static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, strips, ku, g_magic, n0,
         nc, static_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_dequant_dense_planes8(const void* w, const void* scale_rec, const uint8_t* zero_rec,
+                                         const int32_t* x_map, int32_t strips, int32_t ku, int32_t upg, int32_t n0,
+                                         int32_t nc, Act act, void* out, cudaStream_t stream) {
+  const dim3 grid(unsigned(nc / (8 * kStripN)), unsigned(ku / 2));
+  if (act == Act::f16)
+    dequant_dense_planes8_kernel<__half><<<grid, 256, 0, stream>>>(
+        static_cast<const uint4*>(w), static_cast<const __half*>(scale_rec), zero_rec, x_map, strips, ku, upg, n0,
+        nc, static_cast<__half*>(out));
+  else
+    dequant_dense_planes8_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
+        static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, x_map, strips, ku,
+        upg, n0, nc, static_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 

@@ -198,6 +198,24 @@ TEST_CASE("every width: the packed rows, read through the x map, compute the rea
         const LayoutPlan& p = layer.lp;
         check_geometry(LinearSpec{}, p);  // geometry checks that need no spec
         if (!layer.x_map.empty()) REQUIRE(layer.x_map.size() == std::size_t(p.k_pad));
+        // The dense path's one-pass 8-bit dequantization: every 8-bit layout pairs its planes, no
+        // other width claims to, and a twin reading another column or a column read twice breaks it.
+        CHECK(cuda::planes8_dense_pairs(layer, abi) == (s.bits == 8));
+        if (s.bits == 8) {
+          const int64_t ge = p.g_eff;
+          for (int mutation = 0; mutation < 4; ++mutation) {
+            cuda::PlannedLayer bad = layer;
+            std::vector<int32_t>& xm = bad.x_map;
+            int64_t r = 0;  // the first low-plane row that reads x
+            while (xm[std::size_t(r)] < 0) ++r;
+            if (mutation == 0) xm[std::size_t(r + ge)] = (xm[std::size_t(r)] + 1) % int32_t(s.k);  // twins differ
+            if (mutation == 1) xm[std::size_t(r)] = xm[std::size_t(r + ge)] = xm[std::size_t(r + 1)];  // read twice
+            if (mutation == 2) xm[std::size_t(r)] = xm[std::size_t(r + ge)] = -1;  // a column never read
+            if (mutation == 3) bad.lp.g_eff = ge / 2 * 3;  // groups that do not pair up
+            INFO("mutation " << mutation);
+            CHECK_FALSE(cuda::planes8_dense_pairs(bad, abi));
+          }
+        }
         // The 4-bit layer's weight of row v, column n.
         const nibble_linear_spec& vs = layer.spec;
         const auto* q = layer.weights.qweight;
