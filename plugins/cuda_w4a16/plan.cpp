@@ -55,15 +55,19 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 65, 128, 0, 24 * kMi, 0, 0, 0, 0, kWg64},
     {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
     {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
+    // 8-bit layers (K doubled here: two nibble planes) up to 128 Mi at M = 129-256: dequantize +
+    // cuBLAS, whose dense copy sums the planes (an H100, 2026-12-06 call 8: 8192x8192 132 against
+    // wg128's 159 µs at M = 256; docs/cuda.md "8-bit layers on the dense path").
+    {90, 90, 129, 256, 0, 128 * kMi, 0, 0, 0, 0, kCublas, ActRule::any, 8, 0},
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
     // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
     // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): wg128 where it beat
     // dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on the 70B
     // down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200 at
     // M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
-    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 4},
-    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 4},
-    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 4},
+    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
+    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
+    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
@@ -336,7 +340,8 @@ Plan make_plan(const ShapeFacts& s, const DeviceFacts& dev, const PlanOptions& o
     if (!in(dev.cc, r.min_cc, r.max_cc) || !in(m, r.min_m, r.max_m) ||
         !in(weights, r.min_weights, r.max_weights) || !in(s.k, r.min_k, r.max_k) ||
         !in(s.n, r.min_n, r.max_n) || (r.act == ActRule::f16 && dev.bf16) ||
-        (r.act == ActRule::bf16 && !dev.bf16) || (r.max_bits != 0 && s.bits > r.max_bits))
+        (r.act == ActRule::bf16 && !dev.bf16) || (r.min_bits != 0 && s.bits < r.min_bits) ||
+        (r.max_bits != 0 && s.bits > r.max_bits))
       continue;
     const KernelDesc& d = kernel_desc(r.kernel);
     if (d.family == Family::cublas && (o.cublas_min_m <= 0 || m < o.cublas_min_m)) continue;

@@ -52,7 +52,7 @@ struct ChoiceRule {
   int64_t min_n, max_n;
   KernelId kernel;
   ActRule act = ActRule::any;  ///< the layer's activation dtype the row is for
-  int32_t max_bits = 0;        ///< the widest real weight width the row is for (0 = any)
+  int32_t min_bits = 0, max_bits = 0;  ///< the real weight widths the row is for (0 = no bound)
 };
 extern const ChoiceRule kChoiceRules[];
 extern const int kChoiceRulesSize;

@@ -295,7 +295,13 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1025).kernel == kCublas);
   CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 257).kernel == kCublas);
   CHECK(make_plan(eight(28672, 8192), dev.facts(90, true), o, 1024).kernel == kCublas);
-  CHECK(make_plan(eight(4096, 4096), dev.facts(90, true), o, 256).kernel == kWg128);  // M <= 256: any width
+  // 8 bits at M = 129-256: dequantize + cuBLAS up to 128 Mi (K doubled), wgmma above and below.
+  CHECK(make_plan(eight(8192, 8192), dev.facts(90, true), o, 256).kernel == kCublas);
+  CHECK(make_plan(eight(4096, 4096), dev.facts(90, true), o, 129).kernel == kCublas);
+  CHECK(make_plan(eight(8192, 8192), dev.facts(90, true), o, 128).kernel == kWg128);
+  CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 256).kernel == kWg128);
+  CHECK(make_plan(shape(2 * 8192, 8192), dev.facts(90, true), o, 256).kernel == kWg128);  // 4 bits, same size
+  CHECK(make_plan(eight(8192, 8192), dev.facts(90, false), o, 256).kernel == kWg128);  // no cuBLAS
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 1024).kernel == kCublas);
   CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel != kWg128);
   // Without cuBLAS past M = 256 the table's last rows (tiled l) serve 8-bit layers, never wgmma.
