@@ -219,9 +219,17 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.gemv_planes8 = value == "1";
     return NIBBLE_OK;
   }
+  if (key == "dense_chunk_mib") {
+    if (!parse_int(value, 1, 1 << 16, &n)) {
+      *why = "dense_chunk_mib: expected MiB from 1 to 65536, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.dense_chunk_mib = int32_t(n);
+    return NIBBLE_OK;
+  }
   *why = "unknown option '" + std::string(key) +
          "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch, "
-         "gemv_planes8, gemv_whole)";
+         "gemv_planes8, gemv_whole, dense_chunk_mib)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -241,6 +249,8 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PLANES8")) set_plan_option(o, "gemv_planes8", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_WHOLE")) set_plan_option(o, "gemv_whole", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_DENSE_CHUNK_MIB"))
+    set_plan_option(o, "dense_chunk_mib", v, true, &ignored);
   return o;
 }
 

@@ -105,6 +105,10 @@ struct PlanOptions {
   /// the batch), the instance whose loads carry no bounds checks (`gemv_whole`, 1 = the default;
   /// 0 = the checked instance everywhere)
   bool gemv_whole = true;
+  /// dequantize + cuBLAS: the most MiB of dense weights written per column chunk (each chunk is
+  /// dequantized, then multiplied; `dense_chunk_mib`)
+  int32_t dense_chunk_mib = kDefaultDenseChunkMib;
+  static constexpr int32_t kDefaultDenseChunkMib = 128;
   static constexpr int32_t kDefaultGemvPrefetch = 0;  // measured slower at every D > 0 on the H200 (docs/benchmarks.md)
   static constexpr int32_t kMaxGemvPrefetch = 16;
 };
@@ -115,7 +119,8 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
 /// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
-/// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE.
+/// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE,
+/// NIBBLE_CUDA_DENSE_CHUNK_MIB.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).

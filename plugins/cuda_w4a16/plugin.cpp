@@ -378,14 +378,14 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-// Dequantizes column chunks of at most ~128 MiB into a dense temporary and multiplies each with
+// Dequantizes column chunks of at most `chunk_mib` MiB (dense_chunk_mib) into a dense temporary and multiplies each with
 // cuBLAS (exllama's large-batch path): at large M the GEMM dominates and the dequantization adds
 // 2.5 bytes per weight of traffic. x: [m][kx], gathered through the x map (the 4-bit image's
 // k_pad rows) or, for dense8, the real x padded to kx columns (the dense rows past K are zeroed).
-int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, void* y, Workspace& ws,
-                     cudaStream_t stream, char* msg, size_t cap) {
+int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, void* y, int32_t chunk_mib,
+                     Workspace& ws, cudaStream_t stream, char* msg, size_t cap) {
   const LayoutPlan& lp = p.lp;
-  int64_t nc = std::max<int64_t>(kNPad, (int64_t(128) << 20) / (kx * 2) / kNPad * kNPad);
+  int64_t nc = std::max<int64_t>(kNPad, (int64_t(chunk_mib) << 20) / (kx * 2) / kNPad * kNPad);
   nc = std::min(nc, lp.n_pad);
   if (int32_t st = ensure(ws, ws.dense, size_t(kx) * size_t(nc) * 2, false, stream, msg, cap)) return st;
   if (p.dense8 && kx > p.x_k)
@@ -430,7 +430,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     const DeviceState* d = nullptr;
     if (int32_t st = device_state(dev, &d, msg, cap)) return st;
     const DeviceFacts facts = device_facts(p, *d);
-    const Plan plan = make_plan(shape_facts(p), facts, current_options(), m);
+    const PlanOptions options = current_options();
+    const Plan plan = make_plan(shape_facts(p), facts, options, m);
     if (!plan.declined.empty()) return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "%s", plan.declined.c_str());
     const KernelDesc& kd = kernel_desc(plan.kernel);
 
@@ -454,7 +455,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       xk = ws.xbuf.p;
       ldx = kx = kp;
     }
-    if (kd.family == Family::cublas) return apply_cublas(p, xk, kx, m, y->data, ws, stream, msg, cap);
+    if (kd.family == Family::cublas)
+      return apply_cublas(p, xk, kx, m, y->data, options.dense_chunk_mib, ws, stream, msg, cap);
 
     const KernelInfo& ki = facts.info[plan.kernel];
     const bool gemv = kd.family == Family::gemv;

@@ -415,6 +415,16 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
   CHECK(!h.gemv_whole);  // unchanged
   CHECK(set_plan_option(h, "gemv_whole", "1", false, &why) == NIBBLE_OK);
   CHECK(!make_plan(shape(8192, 57344), dev.facts(90, false), h, 64).whole);  // wgmma: none
+  // dense_chunk_mib: 1-65536 (default 128).
+  PlanOptions c;
+  CHECK(c.dense_chunk_mib == 128);
+  CHECK(set_plan_option(c, "dense_chunk_mib", "16", false, &why) == NIBBLE_OK);
+  CHECK(c.dense_chunk_mib == 16);
+  for (const char* bad : {"0", "65537", "8M", ""}) {
+    CHECK(set_plan_option(c, "dense_chunk_mib", bad, false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+    CHECK(why.find("dense_chunk_mib: expected MiB from 1 to 65536") != std::string::npos);
+  }
+  CHECK(c.dense_chunk_mib == 16);  // unchanged
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }
