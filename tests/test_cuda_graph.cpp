@@ -75,18 +75,21 @@ std::string nibble::test::skip_reason() {
   return {};  // a backend that is missing fails below
 }
 
-TEST_CASE("apply captured into CUDA graphs and replayed") {
-  auto b = backend();
-  REQUIRE_MESSAGE(b, backend_name() << " not found in NIBBLE_TEST_PLUGIN_DIRS");
-  const std::vector<Layer> layers = {
-      // 4 Mi weights: GEMV with splits (M = 1), GEMV over two m tiles (16), wgmma or the tiled
-      // mma.sync kernel (64), dequantize + cuBLAS (128, and the outgrowing M = 600).
-      {"graph.f16.uint4b8.g128", 2048, 2048, 128, WeightType::uint4b8, DType::f16, false, {1, 16, 64, 128}, 600},
-      // act order (x gathered through the plugin's scratch) and zero points, bf16
-      {"graph.bf16.uint4.actorder", 1024, 1536, 64, WeightType::uint4, DType::bf16, true, {1, 40, 300}, 700},
-      // 8 bits (the GEMV's one-pass planes at M = 1)
-      {"graph.f16.uint8b128.g128", 2048, 1024, 128, WeightType::uint8b128, DType::f16, false, {1, 8, 96}, 512},
-  };
+namespace {
+
+const std::vector<Layer> kLayers = {
+    // 4 Mi weights: GEMV with splits (M = 1), GEMV over two m tiles (16), wgmma or the tiled
+    // mma.sync kernel (64), dequantize + cuBLAS (128, and the outgrowing M = 600).
+    {"graph.f16.uint4b8.g128", 2048, 2048, 128, WeightType::uint4b8, DType::f16, false, {1, 16, 64, 128}, 600},
+    // act order (x gathered through the plugin's scratch) and zero points, bf16
+    {"graph.bf16.uint4.actorder", 1024, 1536, 64, WeightType::uint4, DType::bf16, true, {1, 40, 300}, 700},
+    // 8 bits (the GEMV's one-pass planes at M = 1)
+    {"graph.f16.uint8b128.g128", 2048, 1024, 128, WeightType::uint8b128, DType::f16, false, {1, 8, 96}, 512},
+};
+
+// Every layer: captured at each of its M on a fresh stream, replayed, outgrown, called directly.
+// `expect`: text every call's kernel description must hold (what the case forces), or none.
+void run_layers(const std::shared_ptr<Backend>& b, const std::vector<Layer>& layers, const char* expect = nullptr) {
   int graphs_run = 0;
   for (const Layer& L : layers) {
     LinearSpec s;
@@ -128,6 +131,9 @@ TEST_CASE("apply captured into CUDA graphs and replayed") {
       CUDA_CHECK(cudaGraphDestroy(g));
       execs.push_back(ex);
       MESSAGE(std::string(L.name) << " M=" << m << ": " << prepared->kernel_name(m) << ", " << nodes << " graph nodes");
+      if (expect)
+        CHECK_MESSAGE(prepared->kernel_name(m).find(expect) != std::string::npos,
+                      std::string(L.name) << " M=" << m << ": '" << prepared->kernel_name(m) << "' lacks '" << expect << "'");
     }
 
     auto replay = [&](const Tensor& x) {
@@ -183,4 +189,33 @@ TEST_CASE("apply captured into CUDA graphs and replayed") {
   }
   fmt::print("{} in cuda graphs: {} graph launches checked over {} layers\n", b->name(), graphs_run, layers.size());
   CHECK(graphs_run > 0);
+}
+
+}  // namespace
+
+TEST_CASE("apply captured into CUDA graphs and replayed") {
+  auto b = backend();
+  REQUIRE_MESSAGE(b, backend_name() << " not found in NIBBLE_TEST_PLUGIN_DIRS");
+  run_layers(b, kLayers);
+}
+
+// cuda_w4a16's dequantize + cuBLAS with the dequantization of chunk i + 1 on a second stream while
+// chunk i's GEMM runs (dense_overlap), forced at every M, in chunks of 1 MiB: 8, 3 and 4 chunks of
+// the layers above, so each call forks, pipelines through both dense buffers and joins, in graphs
+// (one fork-join per capture, or the capture is invalidated) and directly. Any order the events
+// miss reads a half-written chunk.
+TEST_CASE("dequantize + cuBLAS with the dequantization on a second stream, in graphs and directly") {
+  if (backend_name() != "cuda_w4a16") {
+    MESSAGE("not run: dense_overlap is an option of cuda_w4a16, not of " << backend_name());
+    return;
+  }
+  auto b = backend();
+  REQUIRE(b);
+  b->set_option("kernel", "cublas");
+  b->set_option("dense_chunk_mib", "1");
+  b->set_option("dense_overlap", "1");
+  run_layers(b, kLayers, "second stream");
+  b->set_option("dense_overlap", "0");
+  b->set_option("dense_chunk_mib", "128");
+  b->set_option("kernel", "auto");
 }

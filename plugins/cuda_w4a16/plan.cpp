@@ -227,9 +227,17 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.dense_chunk_mib = int32_t(n);
     return NIBBLE_OK;
   }
+  if (key == "dense_overlap") {
+    if (value != "0" && value != "1") {
+      *why = "dense_overlap: expected 0 or 1, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.dense_overlap = value == "1";
+    return NIBBLE_OK;
+  }
   *why = "unknown option '" + std::string(key) +
          "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch, "
-         "gemv_planes8, gemv_whole, dense_chunk_mib)";
+         "gemv_planes8, gemv_whole, dense_chunk_mib, dense_overlap)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
 
@@ -251,6 +259,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_WHOLE")) set_plan_option(o, "gemv_whole", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_DENSE_CHUNK_MIB"))
     set_plan_option(o, "dense_chunk_mib", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_DENSE_OVERLAP")) set_plan_option(o, "dense_overlap", v, true, &ignored);
   return o;
 }
 

@@ -108,6 +108,9 @@ struct PlanOptions {
   /// dequantize + cuBLAS: the most MiB of dense weights written per column chunk (each chunk is
   /// dequantized, then multiplied; `dense_chunk_mib`)
   int32_t dense_chunk_mib = kDefaultDenseChunkMib;
+  /// dequantize + cuBLAS over several chunks: chunk i + 1 dequantized on a second stream while
+  /// chunk i's GEMM runs (two dense buffers; `dense_overlap`, 0 or 1)
+  bool dense_overlap = false;
   static constexpr int32_t kDefaultDenseChunkMib = 128;
   static constexpr int32_t kDefaultGemvPrefetch = 0;  // measured slower at every D > 0 on the H200 (docs/benchmarks.md)
   static constexpr int32_t kMaxGemvPrefetch = 16;
@@ -120,7 +123,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
 /// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
 /// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE,
-/// NIBBLE_CUDA_DENSE_CHUNK_MIB.
+/// NIBBLE_CUDA_DENSE_CHUNK_MIB, NIBBLE_CUDA_DENSE_OVERLAP.
 PlanOptions options_from_environment();
 
 /// Why `d` cannot run M rows of `s` on `dev` ("" when it can).

@@ -220,6 +220,11 @@ struct Workspace {
   DeviceBuffer xbuf, ximage, partials, counters, dense;
   bool captured = false;        // a call on this stream has been captured into a graph
   std::vector<void*> retired;   // outgrown buffers a graph may still use (never freed)
+  // dense_overlap: the stream the dequantization runs on beside the caller's, and the events that
+  // order the two (fork; chunk dequantized, by buffer; GEMM done, by buffer). Made at first use,
+  // kept for the process's life, like the workspace.
+  cudaStream_t aux = nullptr;
+  cudaEvent_t fork = nullptr, dequantized[2]{}, multiplied[2]{};
 };
 std::mutex g_ws_mu;
 Workspace& workspace(int dev, void* stream) {
@@ -254,6 +259,22 @@ int32_t ensure(Workspace& ws, DeviceBuffer& b, size_t bytes, bool zero, cudaStre
   }
   NIBBLE_CUDA_TRY(b.alloc(grow));
   if (zero) NIBBLE_CUDA_TRY(in_capture ? zero_now(b.p, grow) : cudaMemsetAsync(b.p, 0, grow, stream));
+  return NIBBLE_OK;
+}
+
+// The second stream and the events of dense_overlap, made once per workspace (outside any
+// capture: stream and event creation are not captured work).
+int32_t ensure_aux(Workspace& ws, char* msg, size_t cap) {
+  if (ws.aux) return NIBBLE_OK;
+  RelaxedCapture relaxed;
+  cudaEvent_t ev[5]{};
+  for (cudaEvent_t& e : ev) NIBBLE_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  NIBBLE_CUDA_TRY(cudaStreamCreateWithFlags(&ws.aux, cudaStreamNonBlocking));
+  ws.fork = ev[0];
+  ws.dequantized[0] = ev[1];
+  ws.dequantized[1] = ev[2];
+  ws.multiplied[0] = ev[3];
+  ws.multiplied[1] = ev[4];
   return NIBBLE_OK;
 }
 
@@ -378,34 +399,80 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-// Dequantizes column chunks of at most `chunk_mib` MiB (dense_chunk_mib) into a dense temporary and multiplies each with
-// cuBLAS (exllama's large-batch path): at large M the GEMM dominates and the dequantization adds
-// 2.5 bytes per weight of traffic. x: [m][kx], gathered through the x map (the 4-bit image's
-// k_pad rows) or, for dense8, the real x padded to kx columns (the dense rows past K are zeroed).
+// dequantize + cuBLAS: the columns of one chunk of dense weights (kx rows, at most chunk_mib MiB).
+int64_t dense_chunk_cols(const LayoutPlan& lp, int64_t kx, int32_t chunk_mib) {
+  const int64_t nc = std::max<int64_t>(kNPad, (int64_t(chunk_mib) << 20) / (kx * 2) / kNPad * kNPad);
+  return std::min(nc, lp.n_pad);
+}
+// The rows of x (and of the dense copy) dequantize + cuBLAS multiplies: apply()'s kx.
+int64_t dense_kx(const Prepared& p) {
+  const auto pad8 = [](int64_t k) { return (k + 7) / 8 * 8; };
+  return p.dense8 ? pad8(p.x_k) : p.x_map.p ? p.lp.k_pad : pad8(p.lp.k);
+}
+
+// Dequantizes column chunks of at most `chunk_mib` MiB (dense_chunk_mib) into a dense temporary
+// and multiplies each with cuBLAS (exllama's large-batch path): at large M the GEMM dominates and
+// the dequantization adds 2.5 bytes per weight of traffic. x: [m][kx], gathered through the x map
+// (the 4-bit image's k_pad rows) or, for dense8, the real x padded to kx columns (the dense rows
+// past K are zeroed).
+//
+// With `overlap` (dense_overlap) and more than one chunk, the dequantization runs on the
+// workspace's second stream into two buffers in turn, so that chunk i + 1 is dequantized while
+// chunk i's GEMM runs on the caller's stream: the second stream forks from the caller's (event
+// `fork`), each GEMM waits for its chunk (`dequantized`), each dequantization into a buffer waits
+// for the GEMM that last read it (`multiplied`), and the last GEMM waits for the last
+// dequantization, which joins the second stream back (so a graph capture stays one fork-join).
+// Each event is recorded again only after the wait on its previous record has been issued.
 int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, void* y, int32_t chunk_mib,
-                     Workspace& ws, cudaStream_t stream, char* msg, size_t cap) {
+                     bool overlap, Workspace& ws, cudaStream_t stream, char* msg, size_t cap) {
   const LayoutPlan& lp = p.lp;
-  int64_t nc = std::max<int64_t>(kNPad, (int64_t(chunk_mib) << 20) / (kx * 2) / kNPad * kNPad);
-  nc = std::min(nc, lp.n_pad);
-  if (int32_t st = ensure(ws, ws.dense, size_t(kx) * size_t(nc) * 2, false, stream, msg, cap)) return st;
+  const int64_t nc = dense_chunk_cols(lp, kx, chunk_mib);
+  const int64_t chunks = (lp.n + nc - 1) / nc;
+  const bool piped = overlap && chunks > 1;
+  const size_t buf_bytes = size_t(kx) * size_t(nc) * 2;
+  if (int32_t st = ensure(ws, ws.dense, buf_bytes * (piped ? 2 : 1), false, stream, msg, cap)) return st;
+  if (piped)
+    if (int32_t st = ensure_aux(ws, msg, cap)) return st;
+  const auto buffer = [&](int64_t i) { return static_cast<char*>(ws.dense.p) + (piped ? size_t(i % 2) * buf_bytes : 0); };
   if (p.dense8 && kx > p.x_k)
-    NIBBLE_CUDA_TRY(cudaMemsetAsync(static_cast<char*>(ws.dense.p) + size_t(p.x_k) * size_t(nc) * 2, 0,
-                                    size_t(kx - p.x_k) * size_t(nc) * 2, stream));
-  for (int64_t n0 = 0; n0 < lp.n; n0 += nc) {
-    const int64_t cols = std::min(nc, lp.n_pad - n0);
+    for (int b = 0; b < (piped ? 2 : 1); ++b)
+      NIBBLE_CUDA_TRY(cudaMemsetAsync(buffer(b) + size_t(p.x_k) * size_t(nc) * 2, 0,
+                                      size_t(kx - p.x_k) * size_t(nc) * 2, stream));
+  const cudaStream_t dq_stream = piped ? ws.aux : stream;
+  const auto dequantize = [&](int64_t i) -> cudaError_t {
+    const int64_t n0 = i * nc, cols = std::min(nc, lp.n_pad - n0);
     if (p.dense8)
-      NIBBLE_CUDA_TRY(launch_dequant_dense_planes8(
-          p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p), static_cast<const int32_t*>(p.x_map.p),
-          lp.strips, lp.ku, lp.g_eff / kUnitK, int32_t(n0), int32_t(cols), p.act, ws.dense.p, stream));
-    else
-      NIBBLE_CUDA_TRY(launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p),
-                                           lp.strips, lp.ku, lp.g_magic, int32_t(n0), int32_t(cols), p.act,
-                                           ws.dense.p, stream));
+      return launch_dequant_dense_planes8(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p),
+                                          static_cast<const int32_t*>(p.x_map.p), lp.strips, lp.ku,
+                                          lp.g_eff / kUnitK, int32_t(n0), int32_t(cols), p.act, buffer(i),
+                                          dq_stream);
+    return launch_dequant_dense(p.w.p, p.scale_rec.p, static_cast<const uint8_t*>(p.zero_rec.p), lp.strips, lp.ku,
+                                lp.g_magic, int32_t(n0), int32_t(cols), p.act, buffer(i), dq_stream);
+  };
+  if (piped) {
+    NIBBLE_CUDA_TRY(cudaEventRecord(ws.fork, stream));
+    NIBBLE_CUDA_TRY(cudaStreamWaitEvent(ws.aux, ws.fork, 0));
+    NIBBLE_CUDA_TRY(dequantize(0));
+    NIBBLE_CUDA_TRY(cudaEventRecord(ws.dequantized[0], ws.aux));
+  }
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t n0 = i * nc, cols = std::min(nc, lp.n_pad - n0);
+    if (!piped) {
+      NIBBLE_CUDA_TRY(dequantize(i));
+    } else {
+      if (i + 1 < chunks) {
+        if (i >= 1) NIBBLE_CUDA_TRY(cudaStreamWaitEvent(ws.aux, ws.multiplied[(i + 1) % 2], 0));
+        NIBBLE_CUDA_TRY(dequantize(i + 1));
+        NIBBLE_CUDA_TRY(cudaEventRecord(ws.dequantized[(i + 1) % 2], ws.aux));
+      }
+      NIBBLE_CUDA_TRY(cudaStreamWaitEvent(stream, ws.dequantized[i % 2], 0));
+    }
     std::string why;
     const int64_t ncols = std::min(cols, lp.n - n0);
-    if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, ws.dense.p, cols,
+    if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, buffer(i), cols,
                              static_cast<char*>(y) + n0 * 2, lp.n, stream, &why))
       return fail(NIBBLE_ERR_DEVICE, msg, cap, "%s", why.c_str());
+    if (piped && i + 2 < chunks) NIBBLE_CUDA_TRY(cudaEventRecord(ws.multiplied[i % 2], stream));
   }
   if (p.bias.p) NIBBLE_CUDA_TRY(launch_add_bias(y, p.bias.p, m, lp.n, p.act, stream));
   return NIBBLE_OK;
@@ -456,7 +523,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       ldx = kx = kp;
     }
     if (kd.family == Family::cublas)
-      return apply_cublas(p, xk, kx, m, y->data, options.dense_chunk_mib, ws, stream, msg, cap);
+      return apply_cublas(p, xk, kx, m, y->data, options.dense_chunk_mib, options.dense_overlap, ws, stream, msg,
+                          cap);
 
     const KernelInfo& ki = facts.info[plan.kernel];
     const bool gemv = kd.family == Family::gemv;
@@ -538,9 +606,15 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     const Plan plan = make_plan(shape_facts(p), facts, current_options(), m);
     const KernelDesc& kd = kernel_desc(plan.kernel);
     if (!plan.declined.empty()) return fail(NIBBLE_OK, msg, cap, "declined (%s)", plan.declined.c_str());
-    if (kd.family == Family::cublas)
-      return fail(NIBBLE_OK, msg, cap, "cublas (dequantize%s + cublasGemmEx)",
-                  p.dense8 ? " of both 8-bit planes in one pass" : "");
+    if (kd.family == Family::cublas) {
+      const PlanOptions o = current_options();
+      const int64_t nc = dense_chunk_cols(p.lp, dense_kx(p), o.dense_chunk_mib);
+      const int64_t chunks = (p.lp.n + nc - 1) / nc;
+      return fail(NIBBLE_OK, msg, cap, "cublas (dequantize%s + cublasGemmEx; %lld chunk%s%s)",
+                  p.dense8 ? " of both 8-bit planes in one pass" : "", (long long)chunks, chunks > 1 ? "s" : "",
+                  o.dense_overlap && chunks > 1 ? ", each dequantized on a second stream during the previous GEMM"
+                                                : "");
+    }
     const KernelInfo& ki = facts.info[plan.kernel];
     if (kd.family == Family::gemv) {
       const std::string prefetch =

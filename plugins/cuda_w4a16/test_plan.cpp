@@ -425,6 +425,13 @@ TEST_CASE("options: each takes what it documents and names what it found otherwi
     CHECK(why.find("dense_chunk_mib: expected MiB from 1 to 65536") != std::string::npos);
   }
   CHECK(c.dense_chunk_mib == 16);  // unchanged
+  // dense_overlap: 0 or 1 (default 0).
+  CHECK(!c.dense_overlap);
+  CHECK(set_plan_option(c, "dense_overlap", "1", false, &why) == NIBBLE_OK);
+  CHECK(c.dense_overlap);
+  CHECK(set_plan_option(c, "dense_overlap", "on", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("dense_overlap: expected 0 or 1, found 'on'") != std::string::npos);
+  CHECK(c.dense_overlap);  // unchanged
   CHECK(set_plan_option(o, "colour", "blue", false, &why) == NIBBLE_ERR_UNSUPPORTED);
   CHECK(why.find("unknown option 'colour'") != std::string::npos);
 }
