@@ -255,6 +255,8 @@ int32_t ensure(Workspace& ws, DeviceBuffer& b, size_t bytes, bool zero, cudaStre
     if (b.p) ws.retired.push_back(b.release());  // a graph may still read or write it
   } else {
     NIBBLE_CUDA_TRY(cudaStreamSynchronize(stream));  // earlier launches may still use the old buffer
+    // and the second stream's (dense_overlap), which a call that failed halfway left unjoined
+    if (ws.aux) NIBBLE_CUDA_TRY(cudaStreamSynchronize(ws.aux));
     b.reset();
   }
   NIBBLE_CUDA_TRY(b.alloc(grow));
