@@ -106,7 +106,8 @@ struct PlanOptions {
   /// 0 = the checked instance everywhere)
   bool gemv_whole = true;
   /// dequantize + cuBLAS: the most MiB of dense weights written per column chunk (each chunk is
-  /// dequantized, then multiplied; `dense_chunk_mib`)
+  /// dequantized, then multiplied; `dense_chunk_mib`); a chunk is never narrower than one
+  /// 256-column tile, whatever K
   int32_t dense_chunk_mib = kDefaultDenseChunkMib;
   /// dequantize + cuBLAS over several chunks: chunk i + 1 dequantized on a second stream while
   /// chunk i's GEMM runs (two dense buffers; `dense_overlap`, 0 or 1)

@@ -401,7 +401,8 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
   });
 }
 
-// dequantize + cuBLAS: the columns of one chunk of dense weights (kx rows, at most chunk_mib MiB).
+// dequantize + cuBLAS: the columns of one chunk of dense weights (kx rows, at most chunk_mib MiB,
+// but at least one kNPad tile of columns).
 int64_t dense_chunk_cols(const LayoutPlan& lp, int64_t kx, int32_t chunk_mib) {
   const int64_t nc = std::max<int64_t>(kNPad, (int64_t(chunk_mib) << 20) / (kx * 2) / kNPad * kNPad);
   return std::min(nc, lp.n_pad);
