@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "nibble/plugin_abi.h"
 
@@ -143,6 +144,21 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.forced = d->id;
     return NIBBLE_OK;
   }
+  // The options that are 0 or 1.
+  static constexpr std::pair<std::string_view, bool PlanOptions::*> kSwitches[] = {
+      {"overlap", &PlanOptions::overlap},
+      {"gemv_whole", &PlanOptions::gemv_whole},
+      {"gemv_planes8", &PlanOptions::gemv_planes8},
+      {"dense_overlap", &PlanOptions::dense_overlap}};
+  for (const auto& [name, member] : kSwitches) {
+    if (key != name) continue;
+    if (value != "0" && value != "1") {
+      *why = std::string(name) + ": expected 0 or 1, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.*member = value == "1";
+    return NIBBLE_OK;
+  }
   int64_t n = 0;
   if (key == "cublas_min_m") {
     if (!parse_int(value, 0, INT64_MAX, &n)) {
@@ -150,14 +166,6 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
       return NIBBLE_ERR_INVALID_ARGUMENT;
     }
     o.cublas_min_m = n;
-    return NIBBLE_OK;
-  }
-  if (key == "overlap") {
-    if (value != "0" && value != "1") {
-      *why = "overlap: expected 0 or 1, found '" + std::string(value) + "'";
-      return NIBBLE_ERR_INVALID_ARGUMENT;
-    }
-    o.overlap = value == "1";
     return NIBBLE_OK;
   }
   if (key == "min_stages") {
@@ -203,36 +211,12 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     o.gemv_prefetch = int32_t(n);
     return NIBBLE_OK;
   }
-  if (key == "gemv_whole") {
-    if (value != "0" && value != "1") {
-      *why = "gemv_whole: expected 0 or 1, found '" + std::string(value) + "'";
-      return NIBBLE_ERR_INVALID_ARGUMENT;
-    }
-    o.gemv_whole = value == "1";
-    return NIBBLE_OK;
-  }
-  if (key == "gemv_planes8") {
-    if (value != "0" && value != "1") {
-      *why = "gemv_planes8: expected 0 or 1, found '" + std::string(value) + "'";
-      return NIBBLE_ERR_INVALID_ARGUMENT;
-    }
-    o.gemv_planes8 = value == "1";
-    return NIBBLE_OK;
-  }
   if (key == "dense_chunk_mib") {
     if (!parse_int(value, 1, 1 << 16, &n)) {
       *why = "dense_chunk_mib: expected MiB from 1 to 65536, found '" + std::string(value) + "'";
       return NIBBLE_ERR_INVALID_ARGUMENT;
     }
     o.dense_chunk_mib = int32_t(n);
-    return NIBBLE_OK;
-  }
-  if (key == "dense_overlap") {
-    if (value != "0" && value != "1") {
-      *why = "dense_overlap: expected 0 or 1, found '" + std::string(value) + "'";
-      return NIBBLE_ERR_INVALID_ARGUMENT;
-    }
-    o.dense_overlap = value == "1";
     return NIBBLE_OK;
   }
   *why = "unknown option '" + std::string(key) +

@@ -436,7 +436,9 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
   if (int32_t st = ensure(ws, ws.dense, buf_bytes * (piped ? 2 : 1), false, stream, msg, cap)) return st;
   if (piped)
     if (int32_t st = ensure_aux(ws, msg, cap)) return st;
-  const auto buffer = [&](int64_t i) { return static_cast<char*>(ws.dense.p) + (piped ? size_t(i % 2) * buf_bytes : 0); };
+  const auto buffer = [&](int64_t i) {
+    return static_cast<char*>(ws.dense.p) + (piped ? size_t(i % 2) * buf_bytes : 0);
+  };
   if (p.dense8 && kx > p.x_k)
     for (int b = 0; b < (piped ? 2 : 1); ++b)
       NIBBLE_CUDA_TRY(cudaMemsetAsync(buffer(b) + size_t(p.x_k) * size_t(nc) * 2, 0,
