@@ -56,6 +56,11 @@ const char* avx2_unavailable() {
 }
 const char* always_available() { return nullptr; }
 
+bool cpu_has_amx_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
+}
+
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
@@ -439,6 +444,18 @@ const char* amx_unavailable() {
     return nullptr;
   }();
   return why;
+}
+
+const OnednnCpu& OnednnCpu::this_cpu() {
+  static const OnednnCpu cpu{cpu_has_amx_bf16(), !avx2_unavailable() && !__builtin_cpu_supports("avx512f")};
+  return cpu;
+}
+
+int64_t onednn_from_m(bool onednn_bf16, bool plan_uses_tiles, const OnednnCpu& cpu) {
+  if (plan_uses_tiles) return INT64_MAX;
+  if (onednn_bf16 && cpu.amx_bf16) return kBf16OnednnMinM;
+  if (!onednn_bf16 && cpu.avx2_only) return kAvx2OnednnMinM;
+  return INT64_MAX;
 }
 
 }  // namespace nibble::cpu

@@ -79,4 +79,26 @@ KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, con
                            const std::vector<std::vector<double>>& times);
 constexpr double kMargin = 1.25;
 
+/// What decides between the plan's kernels and the oneDNN path (kernel_onednn.h) on a CPU.
+struct OnednnCpu {
+  bool amx_bf16 = false;   ///< AMX-BF16 (CPUID.(7,0):EDX bit 22)
+  bool avx2_only = false;  ///< AVX2 and FMA, no AVX-512 F
+  static const OnednnCpu& this_cpu();
+};
+/// The crossovers, measured (docs/benchmarks.md). The bf16 brgemm on AMX tiles (bf16 activations;
+/// a Sapphire Rapids host, 2 threads) won over the avx512bf16 GEMM form from M = 256 on the large
+/// layers and from 1024 on all. Without AMX but with AVX-512 BF16 (a Zen 5, 2 threads) the fused
+/// avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32 brgemm lost to the fused
+/// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU the plan is
+/// fused-avx2 at every M (it has no GEMM form) and oneDNN runs its f32 brgemm: on a Zen 3
+/// (2 threads, bf16 activations, the four llama3-8b layers, both paths forced) they cross at
+/// M = 128-192; the oneDNN path took 1.05-1.89x the fused kernel's time at M = 64, 0.72-1.15x at
+/// 128, 0.71-0.77x at 256 and 0.54-0.69x at 512.
+constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256;
+/// The M from which the oneDNN path runs by default (INT64_MAX: never) for a layer whose oneDNN
+/// path multiplies in bf16 (`onednn_bf16`, else f32) and whose plan has the AMX form
+/// (`plan_uses_tiles`: it multiplies on the same tiles without dequantizing to memory first, so
+/// oneDNN is never chosen over it).
+int64_t onednn_from_m(bool onednn_bf16, bool plan_uses_tiles, const OnednnCpu& cpu);
+
 }  // namespace nibble::cpu

@@ -68,10 +68,13 @@ struct OnednnPath::Impl {
 
 OnednnPath::OnednnPath(const CpuWeights& w, bool bf16_act) : impl_(new Impl) {
   impl_->w = &w;
+  impl_->bf16 = multiplies_bf16(bf16_act);
+}
+bool OnednnPath::multiplies_bf16(bool bf16_act) {
   // bf16 where the CPU has AVX512-BF16 and oneDNN builds bf16 matmul here (ONEDNN_MAX_CPU_ISA can take it away).
   static const bool onednn_bf16 = __builtin_cpu_supports("avx512bf16") &&
                                   dense_unsupported(kPanelK, kPanelN, NIBBLE_DTYPE_BF16).empty();
-  impl_->bf16 = bf16_act && onednn_bf16;
+  return bf16_act && onednn_bf16;
 }
 bool OnednnPath::bf16() const { return impl_->bf16; }
 OnednnPath::~OnednnPath() = default;

@@ -17,6 +17,8 @@ class OnednnPath {
   OnednnPath(const CpuWeights& w, bool bf16_act);
   /// Whether this path multiplies in bf16 (else f32).
   bool bf16() const;
+  /// Whether a path for activations that are bf16 (`bf16_act`) or not multiplies in bf16 on this CPU.
+  static bool multiplies_bf16(bool bf16_act);
   ~OnednnPath();
   /// y f32 [m][y_stride()] = xp_rows f32 [m][lines * 8] (x gathered in the padded row order,
   /// plain row-major) times the weights. Uses num_threads() threads.

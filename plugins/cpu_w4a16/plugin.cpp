@@ -1,6 +1,5 @@
 // cpu_w4a16: the CPU backend plugin. This file is the ABI glue: capabilities, probe,
 // can_implement, process_weights, apply, host "device" memory and the oneDNN dense baseline.
-#include <cpuid.h>
 
 #include <algorithm>
 #include <atomic>
@@ -59,21 +58,6 @@ nibble_capabilities make_caps() {
 
 const nibble_capabilities kCaps = make_caps();
 
-// The crossover between the fused kernels and the oneDNN path, measured (docs/benchmarks.md). With
-// the bf16 brgemm on AMX tiles (bf16 activations; a Sapphire Rapids host, 2 threads) oneDNN won
-// over the avx512bf16 GEMM form from M = 256 on the large layers and from 1024 on all. Without AMX
-// (AVX-512 BF16 only: a Zen 5, 2 threads) the fused avx512bf16 kernel ran 1.4-1.6x the oneDNN path
-// at M = 256, and the f32 brgemm lost to the fused kernel at every M measured: there oneDNN is
-// never chosen by default. Where the plan has the AMX form, it multiplies on the same tiles as
-// oneDNN without dequantizing the weights to memory first, so oneDNN is not chosen either.
-constexpr int64_t kBf16OnednnMinM = 256;
-
-// AMX-BF16: CPUID leaf 7, sub-leaf 0, EDX bit 22.
-bool cpu_has_amx_bf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u);
-}
-
 struct Prepared {
   nibble_linear_spec spec;
   CpuWeights w;
@@ -84,8 +68,9 @@ struct Prepared {
   const char* codes = "";  // how a width other than 4 bits is laid out, for describe_kernel
 };
 
-// From this M on, the oneDNN path runs (kBf16OnednnMinM or never); NIBBLE_CPU_PATH=fused or =onednn
-// forces one path (for tests), the option "onednn_min_m" moves the crossover.
+// From this M on, the oneDNN path runs: by default from onednn_from_m (kernel_choice.h, the
+// crossovers measured); NIBBLE_CPU_PATH=fused or =onednn forces one path (for tests), the option
+// "onednn_min_m" moves the crossover.
 std::atomic<int64_t> g_onednn_min_m{-1};
 
 int64_t onednn_min_m(const Prepared& p) {
@@ -95,8 +80,7 @@ int64_t onednn_min_m(const Prepared& p) {
     if (std::strcmp(env, "onednn") == 0) return 1;
     if (std::strcmp(env, "fused") == 0) return INT64_MAX;
   }
-  static const bool amx = cpu_has_amx_bf16();
-  return p.onednn->bf16() && amx && !p.plan->uses_tiles() ? kBf16OnednnMinM : INT64_MAX;
+  return onednn_from_m(p.onednn->bf16(), p.plan->uses_tiles(), OnednnCpu::this_cpu());
 }
 
 // Whether a call of M rows runs the oneDNN path: from onednn_min_m on, except in a process forked
@@ -152,6 +136,14 @@ std::string families(const KernelPlan& plan) {
   return out;
 }
 
+// Where the oneDNN path takes over from the plan's kernels by default, for the probe message.
+std::string onednn_summary(int32_t act_dtype, const KernelPlan& plan) {
+  const bool bf16 = OnednnPath::multiplies_bf16(act_dtype == NIBBLE_DTYPE_BF16);
+  const int64_t from = onednn_from_m(bf16, plan.uses_tiles(), OnednnCpu::this_cpu());
+  if (from == INT64_MAX) return "";
+  return std::string(bf16 ? ", but onednn-bf16" : ", but onednn-f32") + " from M = " + std::to_string(from);
+}
+
 int32_t probe(char* msg, size_t cap) {
   const std::string why = env_knob_error();
   if (!why.empty()) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", why.c_str());
@@ -159,9 +151,11 @@ int32_t probe(char* msg, size_t cap) {
   const KernelPlan& f32 = kernel_plan(NIBBLE_DTYPE_F32);
   const char* amx = amx_unavailable();
   const size_t nodes = process_numa_nodes().size();
+  const std::string bf16_plan = bf16.summary + onednn_summary(NIBBLE_DTYPE_BF16, bf16),
+                    f32_plan = f32.summary + onednn_summary(NIBBLE_DTYPE_F32, f32);
   return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; prefetch: %s; calibration: %s",
               num_threads(), nodes > 1 ? (", workers spread over " + std::to_string(nodes) + " NUMA nodes").c_str() : "",
-              families(bf16).c_str(), bf16.summary.c_str(), families(f32).c_str(), f32.summary.c_str(),
+              families(bf16).c_str(), bf16_plan.c_str(), families(f32).c_str(), f32_plan.c_str(),
               amx ? amx : "available", prefetch_summary().c_str(), calibration_report().empty() ? "none" : calibration_report().c_str());
 }
 

@@ -1,7 +1,7 @@
 // Tests of the kernel plan from calibrated times (kernel_choice.h plan_from_times), on made-up
 // forms and times shaped like what the CPUs of docs/benchmarks.md measure: the features-based
 // prior stays within the margin, a form clearly faster takes its M, of any family (every form
-// reads the same layout).
+// reads the same layout); and where the oneDNN path takes over on each kind of CPU.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -76,4 +76,19 @@ TEST_CASE("a prior crossover between powers of two takes effect where the calibr
 TEST_CASE("a plan reads 2-bit codes only where every form of it does") {
   CHECK(plan_from_times({&kAmx, &kF32}, kMs, {{27, 32, 41, 59, 109, 208, 378}, {21, 31, 50, 89, 183, 359, 692}}).two_bit());
   CHECK_FALSE(plan_from_times({&kFused, &kAmx}, kMs, {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}}).two_bit());
+}
+
+TEST_CASE("the oneDNN path takes over at the measured crossover on each kind of CPU, and never over the AMX form") {
+  const OnednnCpu amx{true, false}, avx512{false, false}, avx2{false, true};
+  // AMX: the bf16 brgemm from kBf16OnednnMinM, unless the plan has the AMX form; f32 never.
+  CHECK(onednn_from_m(true, false, amx) == kBf16OnednnMinM);
+  CHECK(onednn_from_m(true, true, amx) == INT64_MAX);
+  CHECK(onednn_from_m(false, false, amx) == INT64_MAX);
+  // AVX-512 without AMX (a Zen 5; Intel without AMX): the fused forms at every M.
+  CHECK(onednn_from_m(true, false, avx512) == INT64_MAX);
+  CHECK(onednn_from_m(false, false, avx512) == INT64_MAX);
+  // AVX2 only: the f32 brgemm from kAvx2OnednnMinM (bf16 activations multiply in f32 there).
+  CHECK(onednn_from_m(false, false, avx2) == kAvx2OnednnMinM);
+  CHECK(kAvx2OnednnMinM > 1);
+  CHECK(kBf16OnednnMinM > 1);
 }
