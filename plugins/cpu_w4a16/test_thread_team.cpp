@@ -33,12 +33,11 @@ std::string nibble::test::skip_reason() { return {}; }
 namespace {
 
 // Every member writes its index, then, after the barrier, reads what all the others wrote: the
-// barrier must make the writes visible (ThreadSanitizer reports a race if it does not).
-int64_t barrier_round(ThreadTeam& team, int threads) {
-  std::vector<int64_t> slot(size_t(threads), -1), seen(size_t(threads), 0);
-  int ran = 0;
-  auto job = [&](const TeamMember& me) {
-    if (me.index() == 0) ran = me.size();
+// barrier must make the writes visible (ThreadSanitizer reports a race if it does not). The job
+// allocates nothing: `slot` and `seen` are the caller's, one element per member.
+template <class Slots>
+auto barrier_job(Slots& slot, Slots& seen) {
+  return [&slot, &seen](const TeamMember& me) {
     slot[size_t(me.index())] = me.index() + 1;
     me.barrier();
     int64_t sum = 0;
@@ -46,6 +45,16 @@ int64_t barrier_round(ThreadTeam& team, int threads) {
     seen[size_t(me.index())] = sum;
     me.barrier();
     slot[size_t(me.index())] = 0;  // written again after everyone has read
+  };
+}
+
+int64_t barrier_round(ThreadTeam& team, int threads) {
+  std::vector<int64_t> slot(size_t(threads), -1), seen(size_t(threads), 0);
+  int ran = 0;
+  auto round = barrier_job(slot, seen);
+  auto job = [&](const TeamMember& me) {
+    if (me.index() == 0) ran = me.size();
+    round(me);
   };
   CHECK(team.run(threads, job) == threads);
   CHECK(ran == threads);
@@ -322,19 +331,12 @@ TEST_CASE("a forked child runs jobs on a team of its own; the parent's team stil
   std::atomic<int> busy_bad{0}, busy_rounds{0};
   std::thread busy([&] {
     constexpr int kBusy = 3;
-    std::array<std::atomic<int64_t>, kBusy> slot{}, seen{};
+    std::array<int64_t, kBusy> slot{}, seen{};
+    auto job = barrier_job(slot, seen);
     while (!stop) {
-      auto job = [&](const TeamMember& me) {
-        slot[size_t(me.index())] = me.index() + 1;
-        me.barrier();
-        int64_t sum = 0;
-        for (int i = 0; i < me.size(); ++i) sum += slot[size_t(i)];
-        seen[size_t(me.index())] = sum;
-        me.barrier();
-        slot[size_t(me.index())] = 0;
-      };
+      seen.fill(0);
       if (team.run(kBusy, job) != kBusy) ++busy_bad;
-      for (auto& s : seen) busy_bad += s.exchange(0) != kBusy * (kBusy + 1) / 2;
+      for (int64_t v : seen) busy_bad += v != kBusy * (kBusy + 1) / 2;
       ++busy_rounds;
     }
   });
