@@ -583,7 +583,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
           gp.w_lsu = v.lsu ? 1 : 0;
-          gp.split_fixup = v.split ? 1 : 0;
+          gp.wg_sched = v.split ? kWgSchedSplitFixup : 0;
           if (v.ximg) {
             const cudaError_t e =
                 launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);

@@ -78,9 +78,8 @@ struct GemmParams {
                              // that kernel's tail
   uint8_t w_lsu;             // wgmma: weights and records copied by producer warps 1-3 with 16-byte
                              // cp.async instead of the producer lane's bulk copies
-  uint8_t split_fixup;       // wgmma, launched cooperatively (every block resident at once): a
-                             // shared tile is summed by all the blocks whose last tile it is, each
-                             // a slice, instead of by the last to arrive alone
+  uint8_t wg_sched;          // wgmma: WgSched bits, how tiles are dealt to blocks and shared
+                             // tiles summed
   uint8_t prefetch;          // GEMV: how many batches ahead of its loads each warp asks L2 for its
                              // weights (0 = none)
   // Diagnostics of the wgmma kernel, set only by bench_kernels (the plugin leaves both 0):
@@ -88,6 +87,16 @@ struct GemmParams {
   int16_t ablate;  // WgAblate bits: parts of the kernel left out or run the old way (timing only)
 };
 static_assert(sizeof(GemmParams) <= 128, "GemmParams: keep the kernels' parameter block within 128 bytes (see above)");
+
+/// Bits of GemmParams::wg_sched (wgmma kernel).
+enum WgSched : uint8_t {
+  // Launched cooperatively (every block resident at once): a shared tile is summed by all the
+  // blocks whose last tile it is, each a slice, instead of by the last to arrive alone.
+  kWgSchedSplitFixup = 1 << 0,
+  // Whole waves of tiles in raster order before a stream-K tail (wgmma_layout.h, WgItems), instead
+  // of stream-K over every tile.
+  kWgSchedWaves = 1 << 1,
+};
 
 /// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
 /// a wrong result and is a timing, never a check; kWgOldX and kWgOldFixup compute the right result

@@ -202,6 +202,14 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                                        : PlanOptions::Fixup::automatic;
     return NIBBLE_OK;
   }
+  if (key == "wgmma_sched") {
+    if (value != "stream_k" && value != "waves") {
+      *why = "wgmma_sched: expected stream_k or waves, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.wgmma_waves = value == "waves";
+    return NIBBLE_OK;
+  }
   if (key == "gemv_prefetch") {
     if (!parse_int(value, 0, PlanOptions::kMaxGemvPrefetch, &n)) {
       *why = "gemv_prefetch: expected a count of batches from 0 (none) to " +
@@ -220,7 +228,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     return NIBBLE_OK;
   }
   *why = "unknown option '" + std::string(key) +
-         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, gemv_prefetch, "
+         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, wgmma_sched, gemv_prefetch, "
          "gemv_planes8, gemv_whole, dense_chunk_mib, dense_overlap)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
@@ -238,6 +246,7 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_X")) set_plan_option(o, "wgmma_x", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_SCHED")) set_plan_option(o, "wgmma_sched", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PLANES8")) set_plan_option(o, "gemv_planes8", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_WHOLE")) set_plan_option(o, "gemv_whole", v, true, &ignored);
@@ -289,6 +298,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
+  plan.waves = o.wgmma_waves && d.family == Family::wgmma;
   if (d.family == Family::gemv) {
     plan.prefetch = o.gemv_prefetch;
     plan.planes8 = o.gemv_planes8;

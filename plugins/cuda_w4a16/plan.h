@@ -95,6 +95,11 @@ struct PlanOptions {
   /// stages (where it measured faster: docs/cuda.md, Round 3)
   enum class Fixup : uint8_t { last, split, automatic };
   Fixup wgmma_fixup = Fixup::automatic;
+  /// wgmma kernels: how tiles are dealt to the persistent blocks: "stream_k", every tile's k
+  /// stages split evenly over the blocks in the plain order; or "waves", whole tiles wave by wave
+  /// in a raster of bands of 8 m tiles, then a stream-K tail of one to two waves
+  /// (wgmma_layout.h, WgItems), so that a wave's blocks share their x and weight panels in L2
+  bool wgmma_waves = false;
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights
   /// (`gemv_prefetch`, 0 = none)
   int32_t gemv_prefetch = kDefaultGemvPrefetch;
@@ -123,6 +128,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
 /// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
+/// NIBBLE_CUDA_WGMMA_SCHED,
 /// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE,
 /// NIBBLE_CUDA_DENSE_CHUNK_MIB, NIBBLE_CUDA_DENSE_OVERLAP.
 PlanOptions options_from_environment();
@@ -138,7 +144,8 @@ struct Plan {
   bool overlap = false;  ///< launch as a programmatic dependent
   bool x_image = false;  ///< wgmma: lay x out first (launch_wgmma_x_image), GemmParams::x_image
   bool w_lsu = false;    ///< wgmma: weights and records by cp.async (GemmParams::w_lsu)
-  bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (GemmParams::split_fixup)
+  bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (kWgSchedSplitFixup)
+  bool waves = false;        ///< wgmma: whole waves before a stream-K tail (kWgSchedWaves)
   int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   bool planes8 = false;      ///< GEMV: 8-bit planes in one pass allowed (the layer decides: plugin.cpp)
   bool whole = false;        ///< GEMV: the unchecked instance allowed (the shape decides: plugin.cpp)

@@ -581,7 +581,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
           gp.x_image = ws.ximage.p;
         }
         gp.w_lsu = plan.w_lsu ? 1 : 0;
-        gp.split_fixup = plan.split_fixup ? 1 : 0;
+        gp.wg_sched = uint8_t((plan.split_fixup ? kWgSchedSplitFixup : 0) | (plan.waves ? kWgSchedWaves : 0));
         if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
         break;
 #endif
@@ -639,8 +639,9 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
       fixup += " (" + std::to_string(wgmma_cooperative_refusals()) +
                " cooperative launches refused in this process: those ran with the last-arrival fix-up)";
 #endif
-    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, stream-K grid %d%s%s%s)", kd.name,
-                kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm, plan.grid,
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s)", kd.name,
+                kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm,
+                plan.waves ? "whole waves in raster order, then stream-K," : "stream-K", plan.grid,
                 plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
   });
 }

@@ -512,3 +512,114 @@ TEST_CASE("the wgmma kernel's stream-K split: parts, slots and the split fix-up'
     for (int64_t kt : {1, 2, 5, 64})
       for (int64_t blocks = 1; blocks <= std::min<int64_t>(tiles * kt, 40); ++blocks) check_stream_k(tiles, kt, blocks);
 }
+
+// The block walks of the wgmma kernel (wgmma_layout.h, WgItems): with whole waves or without,
+// every (tile, k stage) item is run by exactly one block, a whole tile by one block from its first
+// stage to its last, and the tail is a stream-K split with the properties above; the raster order
+// is a bijection onto the tiles, the plain order when its group covers every m tile, and a wave of
+// neighbouring tiles otherwise.
+namespace {
+
+void check_walks(int m_tiles, int n_tiles, int kt, int blocks, bool waves) {
+  using namespace nibble::cuda;
+  const int64_t tiles = int64_t(m_tiles) * n_tiles;
+  INFO("m_tiles " << m_tiles << " n_tiles " << n_tiles << " kt " << kt << " blocks " << blocks << " waves " << waves);
+  std::vector<int> seen(size_t(tiles * kt), 0);
+  int64_t whole_tiles = 0;
+  for (int b = 0; b < blocks; ++b) {
+    const WgTail tail = wg_tail(b, blocks, tiles, kt, waves);
+    whole_tiles = tail.whole;
+    CHECK(tail.whole % blocks == 0);
+    CHECK(tail.whole <= tiles);
+    if (waves && tiles >= blocks && tail.whole < tiles) CHECK(tiles - tail.whole >= blocks);  // a wave or more
+    if (waves && tail.whole < tiles) CHECK(tiles - tail.whole < 2 * blocks);
+    if (!waves) CHECK(tail.whole == 0);
+    WgTailStart start;
+    const int n = WgItems::plan(tail, kt, blocks, &start);
+    WgItems it;
+    it.init(b, start);
+    int prev_tile = -1, prev_kt = -1;
+    for (int i = 0; i < n; ++i, it.next(kt, blocks, start)) {
+      REQUIRE(it.tile >= 0);
+      REQUIRE(it.tile < tiles);
+      REQUIRE(it.kt >= 0);
+      REQUIRE(it.kt < kt);
+      ++seen[size_t(int64_t(it.tile) * kt + it.kt)];
+      CHECK(it.in_whole() == (it.tile < tail.whole));
+      if (it.in_whole()) CHECK(it.tile % blocks == b);
+      if (it.tile == prev_tile) CHECK(it.kt == prev_kt + 1);  // a tile's stages in order, none skipped
+      prev_tile = it.tile;
+      prev_kt = it.kt;
+    }
+  }
+  for (size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == 1);
+  if (tiles > whole_tiles) check_stream_k(tiles - whole_tiles, kt, blocks);
+}
+
+}  // namespace
+
+TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the raster order") {
+  using namespace nibble::cuda;
+  for (int m_tiles : {1, 2, 3, 8, 9, 17})
+    for (int n_tiles : {1, 5, 16})
+      for (int kt : {1, 3, 8})
+        for (int blocks : {1, 2, 7, 13})
+          for (bool waves : {false, true})
+            if (int64_t(m_tiles) * n_tiles * kt >= blocks) check_walks(m_tiles, n_tiles, kt, blocks, waves);
+  // The plans' own grids on the test shapes.
+  const FakeDevice dev;
+  for (const auto& [k, n] : kShapes)
+    for (int64_t m : {int64_t(256), int64_t(1000), int64_t(4096)}) {
+      if (m == 4096 && k * n > 4096 * 4096) continue;  // (the test's time)
+      PlanOptions o;
+      o.forced = kWg128;
+      o.wgmma_waves = true;
+      const Plan p = make_plan(shape(k, n), dev.facts(90, false), o, m);
+      REQUIRE(p.declined.empty());
+      CHECK(p.waves);
+      check_walks(p.m_tiles, p.n_tiles, int(shape(k, n).kt), p.grid, true);
+    }
+  // Raster: a bijection; the plain order when the group covers every m tile; a run of 132 tiles
+  // touches the m tiles of the bands it spans only (of kWgRasterGroup m tiles each).
+  for (int m_tiles : {1, 5, 8, 13, 32})
+    for (int n_tiles : {1, 7, 224}) {
+      std::set<std::pair<int, int>> all;
+      for (int t = 0; t < m_tiles * n_tiles; ++t) {
+        int mti, nti;
+        wg_tile_coords(t, m_tiles, n_tiles, kWgRasterGroup, &mti, &nti);
+        REQUIRE(mti >= 0);
+        REQUIRE(mti < m_tiles);
+        REQUIRE(nti >= 0);
+        REQUIRE(nti < n_tiles);
+        all.insert({mti, nti});
+        int pm, pn;
+        wg_tile_coords(t, m_tiles, n_tiles, m_tiles, &pm, &pn);
+        CHECK(pm == t % m_tiles);
+        CHECK(pn == t / m_tiles);
+      }
+      CHECK(all.size() == size_t(m_tiles) * n_tiles);
+      for (int t0 = 0; t0 + 132 <= m_tiles * n_tiles; t0 += 61) {
+        std::set<int> ms;
+        for (int t = t0; t < t0 + 132; ++t) {
+          int mti, nti;
+          wg_tile_coords(t, m_tiles, n_tiles, kWgRasterGroup, &mti, &nti);
+          ms.insert(mti);
+        }
+        const int band = kWgRasterGroup * n_tiles, bands = (132 + band - 1) / band + 1;
+        CHECK(ms.size() <= size_t(bands * kWgRasterGroup));
+        if (n_tiles >= 132) CHECK(ms.size() <= size_t(2 * kWgRasterGroup));
+      }
+    }
+  // The option.
+  PlanOptions o;
+  std::string why;
+  CHECK(!o.wgmma_waves);
+  CHECK(set_plan_option(o, "wgmma_sched", "waves", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_waves);
+  CHECK(set_plan_option(o, "wgmma_sched", "tiles", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("wgmma_sched: expected stream_k or waves, found 'tiles'") != std::string::npos);
+  CHECK(o.wgmma_waves);  // unchanged
+  CHECK(set_plan_option(o, "wgmma_sched", "stream_k", false, &why) == NIBBLE_OK);
+  CHECK(!o.wgmma_waves);
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), o, 1).waves);  // GEMV: none
+}

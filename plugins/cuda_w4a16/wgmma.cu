@@ -78,7 +78,7 @@ struct WgTile {
 // Consumer modes of the compiled instances: kWgConsumerBits of GemmParams::ablate. The production
 // kernel is mode 0; the others exist only as bench_kernels' diagnostics (launch_wgmma_diag).
 constexpr int kModeFull = 0, kModeNone = kWgNoDequant | kWgNoMma;
-// The production kernel with the split fix-up (GemmParams::split_fixup) is its own instance, so
+// The production kernel with the split fix-up (GemmParams::wg_sched) is its own instance, so
 // that the other one's registers are not shared with its code (one kernel with both spilled at BM
 // 128); the diagnostic modes have only the last-arrival fix-up.
 constexpr int kModeSplit = 1 << 14;
@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   extern __shared__ unsigned char smem_raw[];
   __shared__ int s_last;
   __shared__ int s_slice[2];  // the split fix-up: this block's chunks [s_slice[0], s_slice[1]) of a tile
+  __shared__ WgTail s_sk;         // the stream-K tail and this block's range of it
+  __shared__ WgTailStart s_tail;  // this block's whole tiles and where its range of the tail starts
+  __shared__ int s_items;         // this block's items
 
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -108,9 +111,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int KT = p.kt;
-  const int work = p.m_tiles * p.n_tiles * KT;  // < 2^31: the plan checks
+  const int tiles = p.m_tiles * p.n_tiles;  // tiles * KT < 2^31: the plan checks
   const int nblocks = gridDim.x;
-  const int ib = int(wg_sk_begin(blockIdx.x, nblocks, work)), ie = int(wg_sk_begin(blockIdx.x + 1, nblocks, work));
+  // The block's items (wgmma_layout.h): whole tiles in raster order, then its range of the
+  // stream-K tail; without kWgSchedWaves all of it stream-K in the plain order.
+  auto coords = [&](int t, int* mti, int* nti) {
+    wg_tile_coords(t, p.m_tiles, p.n_tiles, (p.wg_sched & kWgSchedWaves) ? kWgRasterGroup : p.m_tiles, mti, nti);
+  };
   const bool zp = p.zero_rec != nullptr;
   const unsigned char* const x_image = static_cast<const unsigned char*>(p.x_image);
   const bool w_lsu = p.w_lsu != 0;               // weights and records by warps 1-3, not bulk copies
@@ -118,6 +125,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const int consumers = (ab & kWgOneWg) ? kWgConsumers / 2 : kWgConsumers;  // threads that consume
 
   if (tid == 0) {
+    s_sk = wg_tail(blockIdx.x, nblocks, tiles, KT, (p.wg_sched & kWgSchedWaves) != 0);
+    s_items = WgItems::plan(s_sk, KT, nblocks, &s_tail);
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, x_warps ? 1 + kWgXThreads : 1);
       mbar_init(empty + 8 * s, consumers / 32);
@@ -125,6 +134,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     fence_mbar_init();
   }
   __syncthreads();
+  const int n_items = s_items;
+  WgItems items;
+  items.init(blockIdx.x, s_tail);
 
   if (warp < 4) {
     regs_dealloc<kProducerRegs>();
@@ -138,19 +150,24 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // With the x image, x is one more bulk copy per stage; those of the first stages go out after
       // the wait for the previous kernel (which may write x), their weights before it.
       auto copy_x = [&](int s, int t, int kt) {
-        bulk_copy(sx + s * TL::kXBytes, x_image + wg_x_image_tile(t % p.m_tiles, kt, KT, BM), TL::kXBytes,
-                  full + 8 * s, r_policy);
+        int mti, nti;
+        coords(t, &mti, &nti);
+        bulk_copy(sx + s * TL::kXBytes, x_image + wg_x_image_tile(mti, kt, KT, BM), TL::kXBytes, full + 8 * s,
+                  r_policy);
       };
-      const int early = min(S, ie - ib);
-      int t = ib / KT, kt = ib - t * KT, s = 0;
+      const int n = n_items, early = min(S, n);
+      WgItems it = items;
+      int s = 0;
       uint32_t ph = 0;  // parity of the current use of stage s
-      for (int i = ib; i < ie; ++i) {
-        if (i - ib >= S) mbar_wait(empty + 8 * s, ph ^ 1);
+      for (int i = 0; i < n; ++i) {
+        const int t = it.tile, kt = it.kt;
+        if (i >= S) mbar_wait(empty + 8 * s, ph ^ 1);
         const uint32_t bar = full + 8 * s;
         if (load_w || load_x) mbar_arrive_expect_tx(bar, tx);
-        if (load_x && i - ib >= early) copy_x(s, t, kt);
+        if (load_x && i >= early) copy_x(s, t, kt);
         if (load_w) {
-          const int nti = t / p.m_tiles;
+          int mti, nti;
+          coords(t, &mti, &nti);
           const auto* w =
               static_cast<const unsigned char*>(p.w) + (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512;
 #pragma unroll
@@ -171,14 +188,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         } else if (!load_x) {
           mbar_arrive(bar);
         }
-        if (load_x && i - ib == early - 1) {
+        if (load_x && i == early - 1) {
           grid_dependency_wait();
-          for (int j = ib, jt = ib / KT, jk = ib - jt * KT; j <= i; ++j) {  // stages 0 .. early - 1
-            copy_x(j - ib, jt, jk);
-            if (++jk == KT) jk = 0, ++jt;
-          }
+          WgItems j = items;
+          for (int q = 0; q <= i; ++q, j.next(KT, nblocks, s_tail)) copy_x(q, j.tile, j.kt);  // stages 0 .. early - 1
         }
-        if (++kt == KT) kt = 0, ++t;
+        it.next(KT, nblocks, s_tail);
         if (++s == S) s = 0, ph ^= 1;
       }
       return;
@@ -194,12 +209,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
     if (!x_image) grid_dependency_wait();  // x may be the previous kernel's output (weights never are)
     const T* xg = static_cast<const T*>(p.x);
-    int t = ib / KT, kt = ib - t * KT, s = 0;
+    WgItems it = items;
+    int s = 0;
     uint32_t ph = 0;
-    const int n = ie - ib;
-    for (int li = 0; li < n; ++li) {
+    const int n = n_items;
+    for (int li = 0; li < n; ++li, it.next(KT, nblocks, s_tail)) {
+      const int kt = it.kt;
       if (li >= S) mbar_wait(empty + 8 * s, ph ^ 1);
-      const int mti = t % p.m_tiles;
+      int mti, nti;
+      coords(it.tile, &mti, &nti);
       const uint32_t xs = sx + s * TL::kXBytes;
       const int64_t k = int64_t(kt) * kTileK + 2 * lane;
       const bool k_ok = k < p.kx;
@@ -213,7 +231,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         // Warps 1-2: chunk xt (16 bytes) of each of the stage's 8 strips (a strip's stage is
         // 2 units, 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
         // (32 scale + 16 zero-point chunks), 3 per lane.
-        const int nti = t / p.m_tiles;
         if (xt < 64) {
           const unsigned char* w = static_cast<const unsigned char*>(p.w) +
                                    (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512 + 16 * xt;
@@ -247,7 +264,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       } else {
         cp_async_arrive_noinc(full + 8 * s);
       }
-      if (++kt == KT) kt = 0, ++t;
       if (++s == S) s = 0, ph ^= 1;
     }
     cp_async_wait<0>();  // nothing of this thread's still in flight when it exits
@@ -277,15 +293,20 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     bool shared;
     int64_t bf, bl, slot_bf, slot_mine;
   };
-  auto sharing = [&](int t) {
-    const int64_t t0 = int64_t(t) * KT, t1 = t0 + KT;
-    Sharing sh{!(ib <= t0 && ie >= t1), 0, 0, 0, 0};
+  // Only tiles of the stream-K tail can be shared; items and tiles are counted from the tail's
+  // first here (the tail is read from shared memory rather than kept in registers).
+  auto sharing = [&](int t, bool whole) {
+    Sharing sh{false, 0, 0, 0, 0};
+    if (whole) return sh;
+    const WgTail tail = s_sk;
+    const int64_t tt = t - tail.whole, t0 = tt * KT, t1 = t0 + KT;
+    sh.shared = !(tail.begin <= t0 && tail.end >= t1);
     if (!sh.shared) return sh;
-    auto slot_of = [&](int64_t b) { return 2 * b + (wg_sk_begin(b, nblocks, work) / KT == t ? 0 : 1); };
-    sh.bf = wg_sk_block_of(t0, nblocks, work);
-    sh.bl = wg_sk_block_of(t1 - 1, nblocks, work);
+    auto slot_of = [&](int64_t b) { return 2 * b + (wg_sk_begin(b, nblocks, tail.work) / KT == tt ? 0 : 1); };
+    sh.bf = wg_sk_block_of(t0, nblocks, tail.work);
+    sh.bl = wg_sk_block_of(t1 - 1, nblocks, tail.work);
     sh.slot_bf = slot_of(sh.bf);
-    sh.slot_mine = 2 * int64_t(blockIdx.x) + (ib / KT == t ? 0 : 1);
+    sh.slot_mine = 2 * int64_t(blockIdx.x) + (tail.begin / KT == tt ? 0 : 1);
     return sh;
   };
 
@@ -307,7 +328,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
 
     // Epilogue of tile t: fix up stream-K partials if the tile is shared, then bias and y.
     auto epilogue = [&](int t, const Sharing& sh) {
-      const int mti = t % p.m_tiles, nti = t / p.m_tiles;
+      int mti, nti;
+      coords(t, &mti, &nti);
       T* y = static_cast<T*>(p.y);
       const T* bias = static_cast<const T*>(p.bias);
       float bv[2][2];  // [n16 half][(i >> 1) & 1]: the elements i of one such pair share a feature
@@ -455,11 +477,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     // accumulators cross the inner loop's back edge only while wgmma groups are in flight, which
     // lets ptxas keep them in place; a join of in-flight and finished accumulators makes it wait
     // for the group.)
-    int i = ib, s = 0, prev = -1;
+    WgItems it = items;
+    int i = 0, s = 0, prev = -1;
     uint32_t ph = 0;
-    while (i < ie) {
-      const int t = i / KT, kt0 = i - t * KT, kt1 = min(KT, kt0 + (ie - i));
-      const Sharing sh = sharing(t);  // here, where no accumulator is live across its divisions
+    while (i < n_items) {
+      const int kt0 = it.kt, kt1 = min(KT, kt0 + (n_items - i));
+      const Sharing sh = sharing(it.tile, it.in_whole());  // here, where no accumulator is live across its divisions
       zero_acc();
       for (int kt = kt0; kt < kt1; ++kt) {
         if (!(ab & kWgNoWait)) mbar_wait(full + 8 * s, ph);
@@ -541,8 +564,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       }
       if (prev >= 0 && lane == 0) mbar_arrive(empty + 8 * prev);
       prev = -1;
-      if (i == ie) grid_launch_dependents();
-      if (!(ab & kWgNoEpilogue)) epilogue(t, sh);
+      if (i == n_items) grid_launch_dependents();
+      if (!(ab & kWgNoEpilogue)) epilogue(it.tile, sh);
+      it.tile_end(KT, nblocks, s_tail);
     }
   };
 
@@ -586,7 +610,7 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
     attrs[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
   if constexpr (kMode == kModeFull) {
-    if (p.split_fixup) {
+    if (p.wg_sched & kWgSchedSplitFixup) {
       // The split fix-up waits for other blocks, so every block must be resident at once: a
       // cooperative launch, which the runtime refuses rather than run otherwise (a device shared
       // under MPS, too many blocks). Refused, the same call runs with the last-arrival fix-up.

@@ -123,4 +123,105 @@ NIBBLE_HD int64_t wg_sk_block_of(int64_t i, int64_t blocks, int64_t work) {
 /// (every block but bl) sums chunks [wg_split_chunk(pi), wg_split_chunk(pi + 1)) of `chunks`.
 NIBBLE_HD int wg_split_chunk(int pi, int np, int chunks) { return pi * chunks / np; }
 
+// Whole waves (GemmParams::wg_sched & kWgSchedWaves): the tiles, in the raster order below, are
+// first dealt whole, wave by wave (tile b + j * blocks to block b), and only the tail, between one
+// and two waves of tiles, is split stream-K over all blocks (wg_sk_* on the tail's items). All
+// blocks then work on one wave of neighbouring tiles at a time, so the x panels and the weight
+// panels of a wave are read from HBM once and shared through L2, where the plain stream-K
+// order (each block a contiguous range of the whole tile list) keeps every block on a different
+// part of both. Without the flag there are no whole waves and the raster group covers every m
+// tile: the order and the split are plain stream-K's.
+constexpr int kWgRasterGroup = 8;  // m tiles per raster band
+
+/// Tiles dealt whole before the stream-K tail: every tile when they fill whole waves, else all but
+/// the last two (partial) waves' worth, so the tail has `blocks` to 2 `blocks` - 1 tiles.
+NIBBLE_HD int64_t wg_whole_tiles(int64_t tiles, int64_t blocks) {
+  const int64_t waves = tiles / blocks;
+  if (tiles % blocks == 0) return tiles;
+  return waves >= 2 ? (waves - 1) * blocks : 0;
+}
+
+/// Tile `t` (0 .. m_tiles * n_tiles - 1) in the raster order: bands of `group` m tiles, and inside
+/// a band, columns of its m tiles one n tile after another. With group >= m_tiles this is the
+/// plain order (m tile t % m_tiles, n tile t / m_tiles). 32-bit divisions: tiles < 2^31.
+NIBBLE_HD void wg_tile_coords(int64_t t, int m_tiles, int n_tiles, int group, int* mti, int* nti) {
+  const uint32_t g = uint32_t(group < m_tiles ? group : m_tiles);
+  const uint32_t band_tiles = g * uint32_t(n_tiles), band = uint32_t(t) / band_tiles;
+  const uint32_t r = uint32_t(t) - band * band_tiles, m0 = band * g;
+  const uint32_t gm = uint32_t(m_tiles) - m0 < g ? uint32_t(m_tiles) - m0 : g;  // the last band may be narrower
+  const uint32_t n = r / gm;
+  *nti = int(n);
+  *mti = int(m0 + r - n * gm);
+}
+
+/// The stream-K tail of a launch and one block's range of its items.
+struct WgTail {
+  int64_t whole;       // tiles dealt whole before the tail (wg_whole_tiles, or 0)
+  int64_t work;        // items of the tail: (tiles - whole) * k stages
+  int64_t begin, end;  // this block's items of the tail, numbered from the tail's first
+};
+NIBBLE_HD WgTail wg_tail(int64_t b, int64_t blocks, int64_t tiles, int kts, bool waves) {
+  WgTail t;
+  t.whole = waves ? wg_whole_tiles(tiles, blocks) : 0;
+  t.work = (tiles - t.whole) * kts;
+  t.begin = wg_sk_begin(b, blocks, t.work);
+  t.end = wg_sk_begin(b + 1, blocks, t.work);
+  return t;
+}
+
+/// What a block's walk needs besides the grid's constants: its whole tiles, and where its range
+/// of the tail starts (tile before the raster, k stage).
+struct WgTailStart {
+  int whole;  // whole tiles of each block
+  int tile, kt;
+};
+
+/// The (tile, k stage) items of one block, in the order the block runs them: its whole tiles
+/// (b, b + blocks, ...), then its range of the tail. Every role of the kernel (producer, x warps,
+/// consumers) walks the same sequence with next(); the consumers skip to a tile's end with
+/// tile_end(). Three registers: the producer warps run on 56, and the consumers' k loop holds 128
+/// accumulators beside it; the grid's constants (k stages per tile, blocks) and where the tail
+/// starts (in shared memory, in the kernel) are passed in.
+struct WgItems {
+  int tile, kt;    // the current item: tile (before the raster) and k stage
+  int whole_left;  // whole tiles left, the current one included (0: in the tail)
+
+  /// Block b's whole tiles and start of the tail; returns its number of items.
+  NIBBLE_HD static int plan(const WgTail& tail, int kts, int64_t blocks, WgTailStart* start) {
+    const int64_t t0 = tail.begin / kts;
+    start->whole = int(tail.whole / blocks);  // whole: a multiple of blocks
+    start->tile = int(tail.whole + t0);
+    start->kt = int(tail.begin - t0 * kts);
+    return int(int64_t(start->whole) * kts + (tail.end - tail.begin));
+  }
+  /// Starts at block b's first item.
+  NIBBLE_HD void init(int b, const WgTailStart& start) {
+    whole_left = start.whole;
+    tile = whole_left > 0 ? b : start.tile;
+    kt = whole_left > 0 ? 0 : start.kt;
+  }
+  /// The next item.
+  NIBBLE_HD void next(int kts, int blocks, const WgTailStart& start) {
+    if (++kt < kts) return;
+    kt = 0;
+    if (whole_left > 1) {
+      --whole_left;
+      tile += blocks;
+    } else if (whole_left == 1) {
+      whole_left = 0;
+      tile = start.tile;
+      kt = start.kt;
+    } else {
+      ++tile;
+    }
+  }
+  /// The first item of the next tile (the rest of the current tile skipped).
+  NIBBLE_HD void tile_end(int kts, int blocks, const WgTailStart& start) {
+    kt = kts - 1;
+    next(kts, blocks, start);
+  }
+  /// Whether the current tile is dealt whole to this block (never shared with another).
+  NIBBLE_HD bool in_whole() const { return whole_left > 0; }
+};
+
 }  // namespace nibble::cuda
