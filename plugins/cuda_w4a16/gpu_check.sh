@@ -90,7 +90,7 @@ say "-- SASS (sass.txt): wgmma kernels with HGMMA:" \
 
 # 2. Correctness, all in parallel (16 cores; the GPU is shared, nothing here is timed).
 # Every kernel of plan.cpp's kKernelTable.
-KERNELS="v1 v2 v4 v2u2 s1 s2 s4 s8 l wg16 wg32 wg64 wg128 cublas"
+KERNELS="v1 v2 v4 v2u2 s1 s2 s4 s8 l wg16 wg32 wg64 wg128 wg256 cublas"
 run_conf() {  # name, environment...
   local name=$1
   shift

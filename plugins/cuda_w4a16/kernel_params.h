@@ -26,6 +26,7 @@ enum KernelId : int32_t {
   kWg32,
   kWg64,
   kWg128,
+  kWg256,
   kNumKernels,
   kCublas = kNumKernels
 };

@@ -13,7 +13,7 @@ namespace nibble::cuda {
 
 /// Variant names, indexed by KernelId (the plan's kernel table uses the same).
 inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2",   "s4",   "s8",   "l",    "v1",   "v2",
-                                                          "v4", "v2u2", "wg16", "wg32", "wg64", "wg128"};
+                                                          "v4", "v2u2", "wg16", "wg32", "wg64", "wg128", "wg256"};
 
 /// Kernel setup of each file on the current device: shared-memory limits, tiles and occupancy
 /// into info[act][id] (act 0: f16, 1: bf16) for the kernels of that file. `sms` = SM count.
@@ -35,7 +35,7 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 inline bool gemv_has_planes8(KernelId id, Act act) { return (id == kV1 || id == kV2u2) && act == Act::f16; }
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
-/// The sm_90a wgmma variants (kWg16 ... kWg128) on `grid` persistent stream-K blocks.
+/// The sm_90a wgmma variants (kWg16 ... kWg256) on `grid` persistent stream-K blocks.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// How many launches with p.split_fixup the runtime refused as cooperative launches in this
 /// process (each then ran with the last-arrival fix-up instead).

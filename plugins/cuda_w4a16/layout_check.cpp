@@ -289,7 +289,10 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
   // each consumer warp's dequantized word, D mapped to y as the epilogue does.
   // The x image (launch_wgmma_x_image) is built here thread by thread as that kernel does, and
   // each of its tiles must be byte for byte the tile the producer's own stores make.
-  for (int BM : {16, 32, 64, 128}) {
+  for (int BM : {16, 32, 64, 128, 256}) {
+    // BM <= 128: BN 256, warp cw owns strip cw (both n16 halves); BM 256: BN 128, warp cw owns half
+    // cw / 4 of strip cw % 4 (wgmma.cu, WgTile).
+    const int BN = BM > 128 ? 128 : kWgBN, tile_strips = BN / kStripN, halves = tile_strips == kWgStrips ? 2 : 1;
     std::vector<float> y2(size_t(M) * N, NAN);
     std::vector<uint8_t> ximg(size_t(BM) * kWgXRowBytes), wimg(kWgStrips * 2 * 512), simg(2 * kWgStrips * 64),
         zimg(2 * kWgStrips * 32);
@@ -306,7 +309,7 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
       std::memcpy(&image[size_t(wg_x_image_tile(mt, ks, KT, BM) + wg_x_offset(r, p))], &v, 4);
     }
     int image_bad = 0;
-    for (int nti = 0; nti < n_pad / kWgBN; ++nti)
+    for (int nti = 0; nti < n_pad / BN; ++nti)
       for (int mti = 0; mti * BM < M; ++mti) {
         std::vector<double> D(size_t(2) * 2 * 64 * BM, 0.0);  // [warpgroup][nt][row of m64][col]
         for (int kt = 0; kt < k_pad / kTileK; ++kt) {
@@ -324,24 +327,24 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
             if (image_bad < 3) std::printf("  x image BM %d: tile (m %d, k stage %d) differs\n", BM, mti, kt);
             ++image_bad;
           }
-          for (int j = 0; j < kWgStrips; ++j)
+          for (int j = 0; j < tile_strips; ++j)
             for (int u = 0; u < 2; ++u)
               for (int lane = 0; lane < 32; ++lane)
                 std::memcpy(&wimg[wg_w_offset(j, u, lane)],
-                            &packed[((size_t(nti * kWgStrips + j) * ku + 2 * kt + u) * 32 + lane) * 4], 16);
+                            &packed[((size_t(nti * tile_strips + j) * ku + 2 * kt + u) * 32 + lane) * 4], 16);
           for (int u = 0; u < 2; ++u) {
             const int g = plan_unit_group(2 * kt + u, lp.g_magic);
-            for (int j = 0; j < kWgStrips; ++j)
+            for (int j = 0; j < tile_strips; ++j)
               for (int gid = 0; gid < 8; ++gid) {
-                const size_t rec = (size_t(g) * strips + nti * kWgStrips + j) * 8 + gid;
+                const size_t rec = (size_t(g) * strips + nti * tile_strips + j) * 8 + gid;
                 std::memcpy(&simg[wg_s_offset(u, j, gid)], &srec[rec * 4], 8);
                 std::memcpy(&zimg[wg_z_offset(u, j, gid)], &zrec[rec * 4], 4);
               }
           }
           // Consumers: per unit, each warp's A fragments, then the warpgroup's wgmmas.
           for (int u = 0; u < 2; ++u) {
-            uint32_t a[8][32][2][2][4];  // [consumer warp][lane][k16 step][nt][register]
-            for (int cw = 0; cw < 8; ++cw)
+            uint32_t a[8][32][2][2][4];  // [strip][lane][k16 step][n16 half][register]
+            for (int cw = 0; cw < tile_strips; ++cw)
               for (int lane = 0; lane < 32; ++lane) {
                 const int gid = lane >> 2;
                 uint32_t sr[2], zb, q[4];
@@ -369,16 +372,18 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
                     std::memcpy(&h, &ximg[wg_b_address(desc, k, n)], 2);
                     B[size_t(k) * BM + n] = t.dec(h);
                   }
-                for (int nt = 0; nt < 2; ++nt) {
-                  // A[64][16]: warp w of the warpgroup holds rows 16 w .. 16 w + 15 (mma A fragment).
+                for (int nt = 0; nt < halves; ++nt) {
+                  // A[64][16]: warp w of the warpgroup holds rows 16 w .. 16 w + 15 (mma A
+                  // fragment): half nt of strip 4 wg + w (BN 256), or half wg of strip w (BN 128).
                   double A[64][16];
                   for (int w = 0; w < 4; ++w)
                     for (int lane = 0; lane < 32; ++lane) {
                       const int gid = lane >> 2, tig = lane & 3;
+                      const int strip = halves == 2 ? 4 * wg + w : w, half = halves == 2 ? nt : wg;
                       for (int jj = 0; jj < 4; ++jj)
                         for (int hh = 0; hh < 2; ++hh)
                           A[16 * w + gid + 8 * (jj & 1)][2 * tig + 8 * (jj >> 1) + hh] =
-                              t.dec(uint16_t(a[4 * wg + w][lane][ks][nt][jj] >> (16 * hh)));
+                              t.dec(uint16_t(a[strip][lane][ks][half][jj] >> (16 * hh)));
                     }
                   for (int r = 0; r < 64; ++r)
                     for (int n = 0; n < BM; ++n) {
@@ -393,12 +398,12 @@ int run_case(bool bf16, bool zp, int G, bool act_order, int K, int N, int M, uin
         // Epilogue: each consumer thread's accumulators to y.
         for (int cw = 0; cw < 8; ++cw)
           for (int lane = 0; lane < 32; ++lane)
-            for (int nt = 0; nt < 2; ++nt)
+            for (int nt = 0; nt < halves; ++nt)
               for (int i = 0; i < BM / 2; ++i) {
                 int r64, col, f, row;
                 wg_acc_position(cw & 3, lane, i, &r64, &col);
-                wg_output_position(cw, lane, nt, i, &f, &row);
-                const int n = nti * kWgBN + f, m = mti * BM + row;
+                wg_output_position(halves, cw, lane, nt, i, &f, &row);
+                const int n = nti * BN + f, m = mti * BM + row;
                 if (n < N && m < M)
                   y2[size_t(m) * N + n] = float(D[((size_t(cw >> 2) * 2 + nt) * 64 + r64) * BM + col]);
               }

@@ -32,6 +32,7 @@ const KernelDesc kKernelTable[] = {
     {"wg32",  kWg32,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 32"},
     {"wg64",  kWg64,  Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 64"},
     {"wg128", kWg128, Family::wgmma, 90, 90,    4, "sm_90a, BN 256 x BM 128"},
+    {"wg256", kWg256, Family::wgmma, 90, 90,    4, "sm_90a, BN 128 x BM 256: each consumer warpgroup m64n256 (half the dequantization per product of BN 256 x BM 128)"},
     {"cublas", kCublas, Family::cublas, 80, kAnyCc, 0, "dequantize to a dense temporary, then cublasGemmEx"},
 };
 // clang-format on

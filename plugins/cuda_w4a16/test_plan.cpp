@@ -42,6 +42,7 @@ struct FakeDevice {
     set(kWg32, 256, 32, 384, 1, 2);
     set(kWg64, 256, 64, 384, 1, 2);
     set(kWg128, 256, 128, 384, 1, 2);
+    set(kWg256, 128, 256, 384, 1, 2);
   }
   DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
     DeviceFacts f;

@@ -50,28 +50,40 @@ namespace {
 constexpr int kWgThreads = 384;    // the producer warpgroup and two consumer warpgroups
 constexpr int kWgConsumers = 256;  // threads of the consumer warpgroups
 constexpr int kWgXThreads = 96;    // producer warps 1-3
-// With GemmParams::w_lsu warps 1-2 copy a stage's weights (8 strips x 1 KiB: 64 chunks of 16
-// bytes per strip) and warp 3 its records (2 units x 8 strips x (64 bytes of scales + 32 of zero
-// points) = 96 chunks).
-static_assert(kWgUnitsPerStage * 512 / 16 == 64 && kWgUnitsPerStage * kWgStrips * (64 + 32) / 16 == 96,
+// With GemmParams::w_lsu warps 1-2 copy a stage's weights (a strip's 1 KiB is 64 chunks of 16
+// bytes: chunk `lane` of every strip) and warp 3 its records (2 units x strips x (64 bytes of
+// scales + 32 of zero points): 96 chunks for 8 strips, 48 for 4; up to 3 per lane).
+static_assert(kWgUnitsPerStage * 512 / 16 == 64 && kWgUnitsPerStage * kWgStrips * (64 + 32) / 16 <= 96,
               "w_lsu: the chunk split of warps 1-3");
 // 56 x 128 + 224 x 256 = 64512 of the SM's 65536 registers.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr int kSmemLimit = 227 * 1024;  // opt-in shared memory per block on sm_90
 constexpr int kEpilogueBarrier = 1;     // named barrier of the consumer threads
 
+// The block tile: BN output features x BM rows. BM <= 128: BN 256 (8 strips), each consumer warp
+// one strip, both its n16 halves (two m64nBM accumulators). BM 256: BN 128 (4 strips), each
+// consumer warp one n16 half of a strip (warpgroup g half g of strips 0-3: one m64n256
+// accumulator), so a dequantized fragment feeds 256 rows instead of 128 (wgmma_layout.h).
 template <int BM>
 struct WgTile {
-  static_assert(BM % 16 == 0 && BM >= 16 && BM <= 128, "wgmma n = BM: 16, 32, 64 or 128 here");
+  static_assert(BM % 16 == 0 && BM >= 16 && (BM <= 128 || BM == 256), "wgmma n = BM: 16 ... 128, or 256");
+  static constexpr int kBN = BM > 128 ? 128 : kWgBN;
+  static constexpr int kStrips = kBN / kStripN;
+  static constexpr int kHalves = kStrips == kWgStrips ? 2 : 1;  // n16 halves of its strip per consumer warp
   static constexpr int kXBytes = BM * kWgXRowBytes;  // a multiple of 1024: swizzle atoms stay aligned
-  static constexpr int kWBytes = kWgStrips * kWgUnitsPerStage * 512;
+  static constexpr int kWBytes = kStrips * kWgUnitsPerStage * 512;
+  // Record images keep the 8-strip unit stride of wg_s_offset / wg_z_offset; a stage copies
+  // kStrips strips' records per unit.
   static constexpr int kSBytes = kWgUnitsPerStage * kWgStrips * 64;
   static constexpr int kZBytes = kWgUnitsPerStage * kWgStrips * 32;
+  static constexpr int kSCopy = kWgUnitsPerStage * kStrips * 64, kZCopy = kWgUnitsPerStage * kStrips * 32;
   static constexpr int kStageBytes = kXBytes + kWBytes + kSBytes + kZBytes;
-  static constexpr int kFixed = 1024 + 2 * 16 * 8 + 64;  // alignment slack, barriers, static smem
+  static constexpr int kFixed = 1024 + 2 * 16 * 8 + 128;  // alignment slack, barriers, static smem
   static constexpr int kStages = std::min(16, (kSmemLimit - kFixed) / kStageBytes);
   static constexpr int kSmem = kFixed + kStages * kStageBytes;
-  static constexpr int kAcc = BM / 2;  // f32 accumulators per thread of one m64nBMk16
+  static constexpr int kAcc = BM / 2;           // f32 accumulators per thread of one m64nBMk16
+  static constexpr int kAccAll = kHalves * kAcc;  // per consumer thread
+  static constexpr int kF4 = kAccAll / 4;         // as float4
   static_assert(kStages >= 3 && kSmem <= kSmemLimit, "stages must fit the shared memory");
 };
 
@@ -146,7 +158,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       const bool load_w = !(ab & kWgNoW) && !w_lsu, load_x = x_image && !(ab & kWgNoX);
       const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
       const uint32_t tx =
-          (load_w ? TL::kWBytes + TL::kSBytes + (zp ? TL::kZBytes : 0) : 0) + (load_x ? TL::kXBytes : 0);
+          (load_w ? TL::kWBytes + TL::kSCopy + (zp ? TL::kZCopy : 0) : 0) + (load_x ? TL::kXBytes : 0);
       // With the x image, x is one more bulk copy per stage; those of the first stages go out after
       // the wait for the previous kernel (which may write x), their weights before it.
       auto copy_x = [&](int s, int t, int kt) {
@@ -169,20 +181,20 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           int mti, nti;
           coords(t, &mti, &nti);
           const auto* w =
-              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512;
+              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 512;
 #pragma unroll
-          for (int j = 0; j < kWgStrips; ++j)
+          for (int j = 0; j < TL::kStrips; ++j)
             bulk_copy(sw + s * TL::kWBytes + wg_w_offset(j, 0, 0), w + int64_t(j) * p.ku * 512, 1024, bar,
                       w_policy);
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
             const int64_t rec =
-                int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * kWgStrips;
+                int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
             bulk_copy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0),
-                      static_cast<const unsigned char*>(p.scale_rec) + rec * 64, kWgStrips * 64, bar,
+                      static_cast<const unsigned char*>(p.scale_rec) + rec * 64, TL::kStrips * 64, bar,
                       r_policy);
             if (zp)
-              bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, kWgStrips * 32,
+              bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, TL::kStrips * 32,
                         bar, r_policy);
           }
         } else if (!load_x) {
@@ -228,23 +240,26 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
           cp_async4(xs + wg_x_offset(r, lane), ok ? xg + int64_t(m) * p.ldx + k : xg, ok ? 4 : 0);
         }
       if (copy_w) {
-        // Warps 1-2: chunk xt (16 bytes) of each of the stage's 8 strips (a strip's stage is
-        // 2 units, 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
-        // (32 scale + 16 zero-point chunks), 3 per lane.
+        // Warps 1-2: chunk xt (16 bytes) of each of the stage's strips (a strip's stage is 2 units,
+        // 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
+        // (4 scale + 2 zero-point chunks per strip), up to 3 per lane.
         if (xt < 64) {
           const unsigned char* w = static_cast<const unsigned char*>(p.w) +
-                                   (int64_t(nti) * kWgStrips * p.ku + 2 * kt) * 512 + 16 * xt;
+                                   (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 512 + 16 * xt;
           const uint32_t dw = sw + s * TL::kWBytes + 16 * xt;
 #pragma unroll
-          for (int j = 0; j < kWgStrips; ++j, w += int64_t(p.ku) * 512)
+          for (int j = 0; j < TL::kStrips; ++j, w += int64_t(p.ku) * 512)
             cp_async16_policy(dw + wg_w_offset(j, 0, 0), w, w_policy);
         } else {
+          constexpr int kSc = TL::kStrips * 4, kZc = TL::kStrips * 2;  // chunks per unit
 #pragma unroll
           for (int i = 0; i < 3; ++i) {
-            const int rc = xt - 64 + 32 * i;  // 0..95: scale chunks first, then zero-point chunks
-            const bool sc = rc < 64;
-            const int u = sc ? rc >> 5 : (rc - 64) >> 4, c = sc ? rc & 31 : (rc - 64) & 15;
-            const int64_t rec = int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * kWgStrips;
+            const int rc = xt - 64 + 32 * i;  // scale chunks first, then zero-point chunks
+            if (rc >= kWgUnitsPerStage * (kSc + kZc)) break;
+            const bool sc = rc < kWgUnitsPerStage * kSc;
+            const int rz = rc - kWgUnitsPerStage * kSc;
+            const int u = sc ? rc / kSc : rz / kZc, c = sc ? rc % kSc : rz % kZc;
+            const int64_t rec = int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
             if (sc)
               cp_async16_policy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0) + 16 * c,
                                 static_cast<const unsigned char*>(p.scale_rec) + rec * 64 + 16 * c, r_policy);
@@ -277,7 +292,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   // ---- consumers ----
   if (tid - 128 >= consumers) return;  // kWgOneWg: the second warpgroup leaves its strips undone
   regs_alloc<kConsumerRegs>();
-  const int cw = warp - 4;     // strip of the tile this warp dequantizes
+  const int cw = warp - 4;     // consumer warp 0..7
+  // The strip of the tile this warp dequantizes, and its first n16 half (TL::kHalves of them).
+  const int strip = TL::kHalves == 2 ? cw : (cw & 3), half0 = TL::kHalves == 2 ? 0 : (cw >> 2);
   const int ctid = tid - 128;  // 0..255
   const int gid = lane >> 2;
   grid_dependency_wait();  // the partials, counters and y may still be in use by the previous kernel
@@ -318,10 +335,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     // Groups left in flight while the next unit is dequantized; with two (kWgDeep) the previous
     // stage's last group may still run at unit 0, so that stage goes back one unit later.
     constexpr int kInFlight = (kM & kWgDeep) ? 2 : 1, kReleaseUnit = kInFlight - 1;
-    float acc[2][TL::kAcc];  // [n16 half][m64nBM accumulator]
+    float acc[TL::kHalves][TL::kAcc];  // [n16 half][m64nBM accumulator]
+    auto fence_acc = [&]() {
+#pragma unroll
+      for (int nt = 0; nt < TL::kHalves; ++nt) fence_operands(acc[nt]);
+    };
     auto zero_acc = [&]() {
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < TL::kHalves; ++nt)
 #pragma unroll
         for (int i = 0; i < TL::kAcc; ++i) acc[nt][i] = 0.f;
     };
@@ -332,27 +353,27 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       coords(t, &mti, &nti);
       T* y = static_cast<T*>(p.y);
       const T* bias = static_cast<const T*>(p.bias);
-      float bv[2][2];  // [n16 half][(i >> 1) & 1]: the elements i of one such pair share a feature
+      float bv[TL::kHalves][2];  // [n16 half][(i >> 1) & 1]: the elements i of one such pair share a feature
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < TL::kHalves; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           int f, r;
-          wg_output_position(cw, lane, nt, 2 * h, &f, &r);
-          const int n = nti * kWgBN + f;
+          wg_output_position(TL::kHalves, cw, lane, nt, 2 * h, &f, &r);
+          const int n = nti * TL::kBN + f;
           bv[nt][h] = bias && n < p.n ? O::to_float(bias[n]) : 0.f;
         }
-      // Element e (0 .. 2 kAcc - 1) of this thread's tile result: acc[e / kAcc][e % kAcc].
+      // Element e (0 .. kAccAll - 1) of this thread's tile result: acc[e / kAcc][e % kAcc].
       auto store = [&](int e, float v) {
         const int nt = e / TL::kAcc, i = e % TL::kAcc;
         int f, r;
-        wg_output_position(cw, lane, nt, i, &f, &r);
-        const int n = nti * kWgBN + f, m = mti * BM + r;
+        wg_output_position(TL::kHalves, cw, lane, nt, i, &f, &r);
+        const int n = nti * TL::kBN + f, m = mti * BM + r;
         if (n < p.n && m < p.m && !(ab & kWgNoY)) y[int64_t(m) * p.n + n] = O::from_float(v + bv[nt][(i >> 1) & 1]);
       };
       if (!sh.shared || (ab & kWgNoFixup)) {
 #pragma unroll
-        for (int e = 0; e < 2 * TL::kAcc; ++e) store(e, acc[e / TL::kAcc][e % TL::kAcc]);
+        for (int e = 0; e < TL::kAccAll; ++e) store(e, acc[e / TL::kAcc][e % TL::kAcc]);
         return;
       }
       const int64_t bf = sh.bf, bl = sh.bl;
@@ -360,13 +381,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // contiguous 512-byte run, so each store and load of the fix-up is coalesced. (Each
       // thread's accumulators as one contiguous run put the lanes of a warp 2 kAcc floats apart:
       // 32 half-used sectors per access.) part_of(b)[j * kWgConsumers] is float4 j of block b.
-      constexpr int64_t kSlotF4 = int64_t(TL::kAcc / 2) * kWgConsumers;
+      constexpr int64_t kSlotF4 = int64_t(TL::kF4) * kWgConsumers;
       auto part_of = [&](int64_t b) {
         return reinterpret_cast<const float4*>(p.partials) + (b == bf ? sh.slot_bf : 2 * b) * kSlotF4 + ctid;
       };
       float4* mine = reinterpret_cast<float4*>(p.partials) + sh.slot_mine * kSlotF4 + ctid;
 #pragma unroll
-      for (int j = 0; j < TL::kAcc / 2; ++j) {
+      for (int j = 0; j < TL::kF4; ++j) {
         const int e = 4 * j, nt = e / TL::kAcc, i = e % TL::kAcc;
         __stcg(mine + j * kWgConsumers, make_float4(acc[nt][i], acc[nt][i + 1], acc[nt][i + 2], acc[nt][i + 3]));
       }
@@ -379,7 +400,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // goes on. The slices are whole chunks of the sum below and their bounds stay in shared
       // memory (bounds and per-float4 predicates in registers spilled at BM 128).
       if constexpr (kSplit) {
-        constexpr int kChunkF4 = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kChunks = (TL::kAcc / 2) / kChunkF4;
+        constexpr int kChunkF4 = TL::kF4 < 8 ? TL::kF4 : 8, kChunks = (TL::kF4) / kChunkF4;
         const int parts = int(bl - bf) + 1;
         if (ctid == 0) {
           atomicAdd(&p.counters[t], 1);
@@ -394,7 +415,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         if (ctid == 0) {
           s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
           s_slice[0] = 0;
-          s_slice[1] = TL::kAcc / 2;
+          s_slice[1] = TL::kF4;
         }
         named_barrier(kEpilogueBarrier, consumers);
         if (!s_last) return;
@@ -405,9 +426,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       if (ab & kWgOldFixup) {
         // As first written: one part at a time (one L2 round trip per part and chunk of 8).
         zero_acc();
-        constexpr int kChunk = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8;
+        constexpr int kChunk = TL::kF4 < 8 ? TL::kF4 : 8;
 #pragma unroll
-        for (int j0 = 0; j0 < TL::kAcc / 2; j0 += kChunk)
+        for (int j0 = 0; j0 < TL::kF4; j0 += kChunk)
           for (int64_t b = bf; b <= bl; ++b) {
             const float4* part = part_of(b);
 #pragma unroll
@@ -421,14 +442,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
             }
           }
 #pragma unroll
-        for (int e = 0; e < 2 * TL::kAcc; ++e) store(e, acc[e / TL::kAcc][e % TL::kAcc]);
+        for (int e = 0; e < TL::kAccAll; ++e) store(e, acc[e / TL::kAcc][e % TL::kAcc]);
       } else {
         // The accumulators are in `mine` now, so their registers hold loads instead: a chunk of
         // kChunk float4 from kParts parts at once (32 float4 in flight), summed in block order,
         // then stored. A tile shared by 9 blocks costs 2 round trips per chunk, not 9.
-        constexpr int kChunk = TL::kAcc / 2 < 8 ? TL::kAcc / 2 : 8, kParts = 32 / kChunk;
+        constexpr int kChunk = TL::kF4 < 8 ? TL::kF4 : 8, kParts = 32 / kChunk;
 #pragma unroll
-        for (int j0 = 0; j0 < TL::kAcc / 2; j0 += kChunk) {
+        for (int j0 = 0; j0 < TL::kF4; j0 += kChunk) {
           const volatile int* slice = s_slice;  // read at each chunk, not held in registers
           if (j0 < slice[0] || j0 >= slice[1]) continue;  // a chunk outside this block's slice
           float4 sum[kChunk];
@@ -496,55 +517,59 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         } else {
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
-            uint32_t a[2][2][4];  // [k16 step][n16 half]: words q.x, q.y (step 0), q.z, q.w (step 1)
+            // [k16 step][n16 half]: word 2 ks + nt of the lane's unit word (q.x, q.y: step 0;
+            // q.z, q.w: step 1), nt from half0.
+            uint32_t a[2][TL::kHalves][4];
             const uint4 q =
-                *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(cw, u, lane));
+                *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(strip, u, lane));
+            const uint32_t qw[2][2] = {{q.x, q.y}, {q.z, q.w}};
             if constexpr (kDequant) {
               const uint2 sr =
-                  *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, cw, gid));
-              const uint32_t zb =
-                  zp ? *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes + wg_z_offset(u, cw, gid))
+                  *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, strip, gid));
+              uint32_t zb =
+                  zp ? *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes + wg_z_offset(u, strip, gid))
                      : 0x08080808u;
-              uint32_t s2[4], nz[4];
-              s2[0] = prmt(sr.x, sr.x, 0x1010u);  // duplicate the lower / upper 16 bits (layout.h's r = 0..3)
-              s2[1] = prmt(sr.x, sr.x, 0x3232u);
-              s2[2] = prmt(sr.y, sr.y, 0x1010u);
-              s2[3] = prmt(sr.y, sr.y, 0x3232u);
+              // Record pair r of the strip: 0, 1 (half 0) in sr.x, 2, 3 (half 1) in sr.y; zero-point
+              // byte r of zb. A warp with one half takes its pair and bytes to the front.
+              const uint32_t sh[2] = {TL::kHalves == 2 || half0 == 0 ? sr.x : sr.y, sr.y};
+              if (TL::kHalves == 1) zb >>= 16 * half0;
+              uint32_t nz[4];
               O::zero_codes(zb, nz);
-              O::dequant(q.x, s2[0], s2[1], nz[0], nz[1], a[0][0]);
-              O::dequant(q.y, s2[2], s2[3], nz[2], nz[3], a[0][1]);
-              O::dequant(q.z, s2[0], s2[1], nz[0], nz[1], a[1][0]);
-              O::dequant(q.w, s2[2], s2[3], nz[2], nz[3], a[1][1]);
+#pragma unroll
+              for (int nt = 0; nt < TL::kHalves; ++nt) {
+                const uint32_t s_lo = prmt(sh[nt], sh[nt], 0x1010u), s_hi = prmt(sh[nt], sh[nt], 0x3232u);
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks)
+                  O::dequant(TL::kHalves == 2 ? qw[ks][nt] : (half0 ? qw[ks][1] : qw[ks][0]), s_lo, s_hi, nz[2 * nt],
+                             nz[2 * nt + 1], a[ks][nt]);
+              }
             } else {
               // The packed words themselves as A fragments: the shared load stays, the
               // dequantization's arithmetic goes.
 #pragma unroll
-              for (int j = 0; j < 4; ++j) {
-                a[0][0][j] = q.x;
-                a[0][1][j] = q.y;
-                a[1][0][j] = q.z;
-                a[1][1][j] = q.w;
-              }
+              for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                  for (int nt = 0; nt < TL::kHalves; ++nt) a[ks][nt][j] = qw[ks][nt];
             }
             if constexpr (kMma) {
-              fence_operands(acc[0]);
-              fence_operands(acc[1]);
+              fence_acc();
               wgmma_fence();
 #pragma unroll
               for (int ks = 0; ks < 2; ++ks) {
                 const uint64_t desc = wg_x_desc(sx + s * TL::kXBytes, 2 * u + ks);
-                Wgmma<T, BM>::mma(acc[0], a[ks][0], desc);
-                Wgmma<T, BM>::mma(acc[1], a[ks][1], desc);
+#pragma unroll
+                for (int nt = 0; nt < TL::kHalves; ++nt) Wgmma<T, BM>::mma(acc[nt], a[ks][nt], desc);
               }
               wgmma_commit();
               wgmma_wait<kInFlight>();  // older groups are done: their registers and stages are free
-              fence_operands(acc[0]);
-              fence_operands(acc[1]);
+              fence_acc();
             } else {
               // Keeps the dequantization live without an mma: fold its results into one accumulator.
               uint32_t f = 0;
 #pragma unroll
-              for (int j = 0; j < 16; ++j) f ^= a[j >> 3][(j >> 2) & 1][j & 3];
+              for (int j = 0; j < 8 * TL::kHalves; ++j) f ^= a[j / (4 * TL::kHalves)][(j >> 2) % TL::kHalves][j & 3];
               acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ f);
             }
             if (u == kReleaseUnit && prev >= 0) {
@@ -559,8 +584,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       i += kt1 - kt0;
       if constexpr (kMma) {
         wgmma_wait<0>();
-        fence_operands(acc[0]);
-        fence_operands(acc[1]);
+        fence_acc();
       }
       if (prev >= 0 && lane == 0) mbar_arrive(empty + 8 * prev);
       prev = -1;
@@ -589,7 +613,7 @@ cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_wgmma_kernel<T, BM, kModeFull>, kWgThreads,
                                                     TL::kSmem);
   if (e != cudaSuccess) return e;
-  info = KernelInfo{name, kWgBN, BM, kWgThreads, TL::kSmem, per_sm * sms, kWgUnitsPerStage};
+  info = KernelInfo{name, TL::kBN, BM, kWgThreads, TL::kSmem, per_sm * sms, kWgUnitsPerStage};
   return cudaSuccess;
 }
 
@@ -631,7 +655,8 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
   X(kWg16, 16)                        \
   X(kWg32, 32)                        \
   X(kWg64, 64)                        \
-  X(kWg128, 128)
+  X(kWg128, 128)                      \
+  X(kWg256, 256)
 
 // The diagnostic instances: fp16, the tiles the diagnostics time (wgmma_diag.sh), each consumer
 // mode other than the production one.

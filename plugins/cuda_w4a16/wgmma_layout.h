@@ -3,8 +3,10 @@
 // from both nvcc and g++. The global packed layout is layout.h's, unchanged: this kernel reads the
 // same units as the mma.sync kernels.
 //
-// Block tile: kWgBN = 256 output features (8 strips) x BM rows of x, K in stages of 64 (2 units).
-// Two consumer warpgroups of 4 warps each; consumer warp c (0..7) owns strip c of the tile.
+// Block tile: kWgBN = 256 output features (8 strips) x BM rows of x for BM <= 128, 128 features
+// (4 strips) x 256 rows for BM 256; K in stages of 64 (2 units). Two consumer warpgroups of 4
+// warps each; consumer warp c (0..7) owns strip c of the tile (BN 256), or n16 half c / 4 of strip
+// c % 4 (BN 128: each warpgroup one m64 of the tile's 128 features, m64n256 per wgmma).
 //
 // Weights: the A operand, from registers (wgmma's RS form). wgmma.m64nNk16's A fragment of a warp
 // is mma.m16n8k16's A fragment (row gid + 8 (j & 1), column 2 tig + 8 (j >> 1) of the warp's 16
@@ -102,13 +104,15 @@ NIBBLE_HD void wg_acc_position(int w, int lane, int i, int* row, int* col) {
   *col = 8 * (i >> 2) + 2 * tig + (i & 1);
 }
 
-/// Where accumulator element i of n16 half nt of lane `lane` of consumer warp cw (0..7) lands in the
-/// block tile: output feature (0..255) and row of x (0..BM-1). (wg_acc_position with the strip of
-/// the warp: D row 16 w + r is feature 32 cw + 16 nt + r.)
-NIBBLE_HD void wg_output_position(int cw, int lane, int nt, int i, int* feature, int* row) {
+/// Where accumulator element i of accumulator set nt of lane `lane` of consumer warp cw (0..7)
+/// lands in the block tile: output feature and row of x. `halves` is the tile's n16 halves per
+/// warp: 2 for BN 256 (warp cw owns strip cw, set nt is its half nt: D row 16 w + r is feature
+/// 32 cw + 16 nt + r), 1 for BN 128 (warp cw owns half cw / 4 of strip cw % 4, one set).
+NIBBLE_HD void wg_output_position(int halves, int cw, int lane, int nt, int i, int* feature, int* row) {
   int r64, col;
   wg_acc_position(cw & 3, lane, i, &r64, &col);
-  *feature = cw * kStripN + 16 * nt + (r64 - 16 * (cw & 3));
+  const int strip = halves == 2 ? cw : (cw & 3), half = halves == 2 ? nt : (cw >> 2);
+  *feature = strip * kStripN + 16 * half + (r64 - 16 * (cw & 3));
   *row = col;
 }
 

@@ -1,0 +1,96 @@
+#!/bin/bash
+# Device call 1 of 2026-12-07 (second session). What it checks and times:
+#   1. gpu_check.sh run on this tree (every kernel forced through the conformance suite, the
+#      automatic choice with and without PDL, CUDA graphs, the 19 fixtures, nibble bench fp16 and
+#      bf16): the tree's wgmma kernel now walks items through WgItems (default stream_k);
+#   2. the conformance suite with wgmma_sched=waves: wg16, wg32, wg64, wg128, wg256 forced, and auto
+#      (wg256, the new BN 128 x BM 256 tile, is forced through the default schedule in step 1);
+#   3. nibble bench fp16 at M = 256-4096 on the 8 shapes: wg128 and wg256 forced, each with
+#      stream_k and with waves (each run has cuBLAS fp16 dense beside it);
+#   4. on the host's Xeon, docs/bench/device-2026-12-07/call12.sh's CPU runs (M = 1, cached against
+#      streamed weights, 1, 2 and 16 threads), while time is left.
+# Bundle (here): plugins/cuda_w4a16/gpu_check.sh bundle; rm .gpu/build/plugins/cuda_w4a16/bench_kernels;
+#   the CPU plugin and libdnnl.so.2.xz, libgomp, libnuma added from bench/xeon_bundle.sh's bundle;
+#   xz .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so; this script and call12.sh copied to .gpu/.
+# Run: bash .gpu/call1.sh   (files under $OUT: summary.log, std.tar.gz, waves.tar.gz, cpu.tar.gz)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+: "${OUT:?}"
+T0=$SECONDS
+S=$OUT/summary.log
+say() { echo "$*" | tee -a "$S"; }
+find "$here" -name '*.xz' -exec xz -d -k -f {} \;
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+P=$here/build/plugins/cuda_w4a16
+NIBBLE=$here/build/tools/nibble/nibble
+CONF=$here/build/tests/test_conformance
+STD=$(mktemp -d); W=$(mktemp -d); C=$(mktemp -d)
+
+# 1.
+say "== 1. gpu_check.sh run"
+OUT=$STD timeout 420 bash "$here/gpu_check.sh" run > "$STD/run.out" 2>&1
+say "   exit $? after $((SECONDS - T0)) s"
+grep -E "conformance|cases checked|graph launches|fixtures|failed|bench|WRONG" "$STD/summary.log" | head -40 | tee -a "$S"
+tar -czf "$OUT/std.tar.gz" -C "$STD" .
+
+# 2.
+say "== 2. conformance with wgmma_sched=waves ($((SECONDS - T0)) s)"
+for k in wg16 wg32 wg64 wg128 wg256 auto; do
+  req=""; [ $k != auto ] && req="NIBBLE_TEST_REQUIRE_KERNEL=$k"
+  (env NIBBLE_CUDA_WGMMA_SCHED=waves NIBBLE_CUDA_KERNEL=$k $req NIBBLE_TEST_BACKEND=cuda_w4a16 \
+     NIBBLE_TEST_PLUGIN_DIRS=$P timeout 200 "$CONF" > "$W/conf.$k" 2>&1; echo "exit=$?" >> "$W/conf.$k") &
+done
+wait
+for k in wg16 wg32 wg64 wg128 wg256 auto; do
+  say "   $k: $(grep -m1 'cases checked' "$W/conf.$k" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$W/conf.$k")"
+done
+
+# 3.
+say "== 3. bench fp16, M = 256-4096 ($((SECONDS - T0)) s)"
+bench() {  # name, environment...
+  local name=$1; shift
+  [ $((SECONDS - T0)) -gt 480 ] && { say "   $name skipped: $((SECONDS - T0)) s"; return; }
+  env "$@" NIBBLE_PLUGIN_PATH=$P timeout 120 "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
+    --m 256,512,1024,2048,4096 --dtype f16 --budget 0.2 --json "$W/$name.json" > "$W/$name.txt" 2>&1
+  say "   $name: exit $? after $((SECONDS - T0)) s"
+}
+bench wg128_sk NIBBLE_CUDA_KERNEL=wg128 NIBBLE_CUDA_WGMMA_SCHED=stream_k
+bench wg128_waves NIBBLE_CUDA_KERNEL=wg128 NIBBLE_CUDA_WGMMA_SCHED=waves
+bench wg256_sk NIBBLE_CUDA_KERNEL=wg256 NIBBLE_CUDA_WGMMA_SCHED=stream_k
+bench wg256_waves NIBBLE_CUDA_KERNEL=wg256 NIBBLE_CUDA_WGMMA_SCHED=waves
+/usr/bin/env python3 - "$W" <<'PY' 2>&1 | tee -a "$S"
+import json, os, sys
+w = sys.argv[1]
+runs = {}
+for n in ("wg128_sk", "wg128_waves", "wg256_sk", "wg256_waves"):
+    p = os.path.join(w, n + ".json")
+    if os.path.exists(p):
+        runs[n] = {(r.get("k"), r.get("n"), r.get("m")): r for r in json.load(open(p))["results"]}
+if runs:
+    first = next(iter(runs.values()))
+    print("   K x N, M: " + " | ".join(f"{n} us (x dense)" for n in runs))
+    for key in sorted(first, key=lambda k: (k[2], k[0] * k[1])):
+        cells = []
+        for n, r in runs.items():
+            x = r.get(key)
+            if x is None:
+                cells.append("-")
+                continue
+            us = x.get("us") or x.get("time_us")
+            d = x.get("dense_us")
+            cells.append(f"{x.get('kernel', '?').split()[0]} {us:.1f} ({d / us:.2f}x)" if us and d else str(x)[:60])
+        print(f"   {key[0]}x{key[1]} M={key[2]}: " + " | ".join(cells))
+PY
+tar -czf "$OUT/waves.tar.gz" -C "$W" .
+
+# 4.
+if [ $((SECONDS - T0)) -lt 430 ]; then
+  say "== 4. Xeon: call12 ($((SECONDS - T0)) s)"
+  OUT=$C timeout $((580 - (SECONDS - T0))) bash "$here/call12.sh" > "$C/run.out" 2>&1
+  say "   exit $? after $((SECONDS - T0)) s"
+  tail -40 "$C/summary.log" >> "$S"
+  tar -czf "$OUT/cpu.tar.gz" -C "$C" .
+else
+  say "== 4. Xeon: skipped, $((SECONDS - T0)) s"
+fi
+say "== done in $((SECONDS - T0)) s"
