@@ -318,6 +318,7 @@ struct DiagVariant {
                        // copy per stage instead of the x warps' cp.async
   bool lsu = false;    // weights and records by producer warps 1-3 (16-byte cp.async), not bulk copies
   bool split = false;  // the split fix-up (a cooperative launch)
+  bool waves = false;  // whole waves in raster order before a stream-K tail (kWgSchedWaves)
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
@@ -368,6 +369,8 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->lsu = true;
     else if (t == "split")
       v->split = true;
+    else if (t == "waves")
+      v->waves = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
     else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 13))
@@ -375,7 +378,7 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
       for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
-      *why += " nosk ximg lsu split st<N> <mask>)";
+      *why += " nosk ximg lsu split waves st<N> <mask>)";
       return false;
     }
   }
@@ -583,7 +586,7 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
           gp.w_lsu = v.lsu ? 1 : 0;
-          gp.wg_sched = v.split ? kWgSchedSplitFixup : 0;
+          gp.wg_sched = uint8_t((v.split ? kWgSchedSplitFixup : 0) | (v.waves ? kWgSchedWaves : 0));
           if (v.ximg) {
             const cudaError_t e =
                 launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);

@@ -7,9 +7,10 @@
 #      (wg256, the new BN 128 x BM 256 tile, is forced through the default schedule in step 1);
 #   3. nibble bench fp16 at M = 256-4096 on the 8 shapes: wg128 and wg256 forced, each with
 #      stream_k and with waves (each run has cuBLAS fp16 dense beside it);
+#   3b. bench_kernels --wgmma-diag for wg128 with and without waves at M = 1024 and 4096;
 #   4. on the host's Xeon, docs/bench/device-2026-12-07/call12.sh's CPU runs (M = 1, cached against
 #      streamed weights, 1, 2 and 16 threads), while time is left.
-# Bundle (here): plugins/cuda_w4a16/gpu_check.sh bundle; rm .gpu/build/plugins/cuda_w4a16/bench_kernels;
+# Bundle (here): plugins/cuda_w4a16/gpu_check.sh bundle; xz .gpu/build/plugins/cuda_w4a16/bench_kernels;
 #   the CPU plugin and libdnnl.so.2.xz, libgomp, libnuma added from bench/xeon_bundle.sh's bundle;
 #   xz .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so; this script and call12.sh copied to .gpu/.
 # Run: bash .gpu/call1.sh   (files under $OUT: summary.log, std.tar.gz, waves.tar.gz, cpu.tar.gz)
@@ -19,7 +20,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 T0=$SECONDS
 S=$OUT/summary.log
 say() { echo "$*" | tee -a "$S"; }
-find "$here" -name '*.xz' -exec xz -d -k -f {} \;
+# (bench_kernels stays packed until step 3b: gpu_check.sh would run its long --sweep)
+find "$here" -name '*.xz' ! -name 'bench_kernels.xz' -exec xz -d -k -f {} \;
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 P=$here/build/plugins/cuda_w4a16
 NIBBLE=$here/build/tools/nibble/nibble
@@ -81,10 +83,22 @@ if runs:
             cells.append(f"{x.get('kernel', '?').split()[0]} {us:.1f} ({d / us:.2f}x)" if us and d else str(x)[:60])
         print(f"   {key[0]}x{key[1]} M={key[2]}: " + " | ".join(cells))
 PY
+# 3b. where wg128's time goes at M = 1024 and 4096 (bench_kernels --wgmma-diag on the production
+# path: x image, weights by cp.async), with and without whole waves; nodeq / nomma / nowait as in
+# docs/cuda.md "Where the wgmma kernel's time goes".
+if [ $((SECONDS - T0)) -lt 470 ]; then
+  say "== 3b. wgmma diagnostics ($((SECONDS - T0)) s)"
+  xz -d -k -f "$P/bench_kernels.xz"
+  NIBBLE_CUDA_WGMMA_ABLATE=ximg+lsu,ximg+lsu+waves,ximg+lsu+nodeq,ximg+lsu+waves+nodeq,ximg+lsu+nomma,ximg+lsu+nowait,ximg+lsu+waves+noepi \
+    timeout $((540 - (SECONDS - T0))) "$P/bench_kernels" --wgmma-diag --shapes 4096x4096,8192x57344,28672x8192 \
+    --m 1024,4096 > "$W/diag.txt" 2>&1
+  say "   exit $? after $((SECONDS - T0)) s"
+  grep -vE "^ *$" "$W/diag.txt" | tail -30 >> "$S"
+fi
 tar -czf "$OUT/waves.tar.gz" -C "$W" .
 
 # 4.
-if [ $((SECONDS - T0)) -lt 430 ]; then
+if [ $((SECONDS - T0)) -lt 440 ]; then
   say "== 4. Xeon: call12 ($((SECONDS - T0)) s)"
   OUT=$C timeout $((580 - (SECONDS - T0))) bash "$here/call12.sh" > "$C/run.out" 2>&1
   say "   exit $? after $((SECONDS - T0)) s"
