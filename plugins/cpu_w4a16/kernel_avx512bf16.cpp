@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "kernel_fused_impl.h"
+#include "kernel_gemm_impl.h"
 #include "scales_avx512.h"
 
 namespace nibble::cpu {
@@ -75,9 +76,7 @@ struct Avx512Bf16 {
 // The GEMM form for many rows: kGemmTiles tiles x MB <= kGemmRows rows of accumulators (24
 // zmm), so that every x broadcast feeds 4 vdpbf16ps and every weight operand MB of them (the
 // one-tile kernel above needs a broadcast per vdpbf16ps and runs at ~65% of their peak). Outputs
-// stay in y between segments. The weights of a group of tiles are walked in K blocks of
-// kGemmBlockLines lines (256 KiB for 4 tiles), once per block of rows: they come from memory for
-// the first block of rows and from L2 for the others.
+// stay in y between segments; kernel_gemm_impl.h walks the blocks.
 template <class D, int P, int MB, int NT, bool kAsym>
 void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp, int64_t rb,
                 const float* xs, float* y, int64_t ldy, int64_t pf) {
@@ -137,63 +136,36 @@ void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t 
   }
 }
 
+// The blocking of the walk (kernel_gemm_impl.h): 4 tiles x 6 rows of accumulators; 32 tiles x 128
+// lines = 256 KiB of weights per block, in L2: every block of rows runs over all of it before the
+// next, so that its x (6 rows x 128 lines, 12 KiB) is read once and then from L1 by the block's 8
+// groups of tiles (64 or 256 lines measured the same or slower; so did prefetching the next block
+// into L2 spread over the blocks of rows). 8 blocks of rows share one pass: their x and y for one
+// block of the weights (48 rows: 96 KiB each) stay in L2 with it; the weights are read from memory
+// once per 48 rows. The first block of rows of a pass prefetches each tile 64 lines ahead (into
+// the next K block at the end of one), the others (reading from L2) their own line: measured at
+// M = 32-256, +2-8%, most on 28672x8192; 128 lines the same within the noise (docs/benchmarks.md).
 constexpr int kGemmTiles = 4;
-// Tiles and lines of one block of the weights (32 tiles x 128 lines = 256 KiB, in L2): every
-// block of rows runs over all of it before the next, so that its x (6 rows x 128 lines, 12 KiB)
-// is read once and then from L1 by the block's 8 groups of tiles. (64 or 256 lines measured the
-// same or slower; so did prefetching the next block into L2 spread over the blocks of rows.)
-constexpr int64_t kGemmBlockTiles = 32;
-constexpr int64_t kGemmBlockLines = 128;
-// Blocks of rows that share one pass over the weights: their x and y for one block of the weights
-// (48 rows: 96 KiB each) stay in L2 with it; the weights are read from memory once per 48 rows.
-constexpr int64_t kGemmRowBlocks = 8;
-// The first block of rows of a pass reads the weights from memory: it prefetches each tile 64
-// lines ahead (into the next K block at the end of one), the others (reading from L2) prefetch
-// their own line. Measured at M = 32-256: +2-8%, most on 28672x8192; 128 lines the same within
-// the noise (docs/benchmarks.md).
-constexpr int64_t kGemmPrefetchLines = 64;
-
-using GemmBlock = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, int64_t, const uint32_t*, int64_t, const float*,
-                          float*, int64_t, int64_t);
-
-template <class D, int P, bool kAsym, int... I>
-constexpr auto gemm_table(std::integer_sequence<int, I...>) {
-  // Entry (MB - 1) * kGemmTiles + (NT - 1).
-  return std::array<GemmBlock, sizeof...(I)>{&gemm_block<D, P, I / kGemmTiles + 1, I % kGemmTiles + 1, kAsym>...};
-}
+template <int P>
+constexpr gemm::Blocking kBlocking{kGemmTiles, 4 * P, 32, 128, 8, 64};
 
 template <class D, int P, bool kAsym>
-void gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
-  static constexpr auto table = gemm_table<D, P, kAsym>(std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
-  const CpuWeights& w = *a.w;
-  const int64_t segs = w.segments(), ldy = a.ldy;
-  const int64_t blocks = (a.m + a.rb - 1) / a.rb;
-  // Segments [a.seg0, a.seg1): the K slice; xs holds all segments of each block of rows.
-  for (int64_t tb = t0; tb < t1; tb += kGemmBlockTiles) {
-    const int64_t tb1 = std::min(t1, tb + kGemmBlockTiles);
-    for (int64_t b0 = 0; b0 < blocks; b0 += kGemmRowBlocks) {
-      const int64_t b1 = std::min(blocks, b0 + kGemmRowBlocks);
-      for (int64_t s0 = a.seg0; s0 < a.seg1;) {
-        int64_t s1 = s0 + 1;
-        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kGemmBlockLines) ++s1;
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-          const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * 4 * P;
-          const float* xs = a.xs + b * segs * 2 * a.rb;
-          for (int64_t t = tb; t < tb1; t += kGemmTiles) {
-            const int64_t nt = std::min<int64_t>(kGemmTiles, tb1 - t);
-            table[size_t((mb - 1) * kGemmTiles + (nt - 1))](w, t, s0, s1, a.seg0, xp, a.rb, xs, a.y + b * a.rb * ldy, ldy,
-                                                             b == b0 ? kGemmPrefetchLines * kTileN : 0);
-          }
-        }
-        s0 = s1;
-      }
+struct Blocks {
+  template <int MB, int NT>
+  struct F {
+    static void run(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp,
+                    int64_t rb, const float* xs, float* y, int64_t ldy, int64_t pf) {
+      gemm_block<D, P, MB, NT, kAsym>(w, t, s0, s1, first, xp, rb, xs, y, ldy, pf);
     }
-  }
+  };
+};
+
+template <class D, int P, bool kAsym>
+void run_gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
+  static constexpr auto table = gemm::table<Blocks<D, P, kAsym>::template F, kGemmTiles>(
+      std::make_integer_sequence<int, kGemmRows * kGemmTiles>{});
+  gemm::run(a, t0, t1, kBlocking<P>, table);
 }
-
-
-
 
 // Pair J of line l (4-bit codes: one line per 64 bytes): the codes at bits 4J and 16 + 4J.
 struct Decode4 {
@@ -264,12 +236,12 @@ void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
 void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1) {
   const bool asym = a.w->tile_zeros(0) != nullptr;
   if (a.w->code_bits == 2) {
-    if (a.xform == XForm::kBf16x2) asym ? gemm<Decode2, 2, true>(a, t0, t1) : gemm<Decode2, 2, false>(a, t0, t1);
-    else asym ? gemm<Decode2, 1, true>(a, t0, t1) : gemm<Decode2, 1, false>(a, t0, t1);
+    if (a.xform == XForm::kBf16x2) asym ? run_gemm<Decode2, 2, true>(a, t0, t1) : run_gemm<Decode2, 2, false>(a, t0, t1);
+    else asym ? run_gemm<Decode2, 1, true>(a, t0, t1) : run_gemm<Decode2, 1, false>(a, t0, t1);
     return;
   }
-  if (a.xform == XForm::kBf16x2) asym ? gemm<Decode4, 2, true>(a, t0, t1) : gemm<Decode4, 2, false>(a, t0, t1);
-  else asym ? gemm<Decode4, 1, true>(a, t0, t1) : gemm<Decode4, 1, false>(a, t0, t1);
+  if (a.xform == XForm::kBf16x2) asym ? run_gemm<Decode4, 2, true>(a, t0, t1) : run_gemm<Decode4, 2, false>(a, t0, t1);
+  else asym ? run_gemm<Decode4, 1, true>(a, t0, t1) : run_gemm<Decode4, 1, false>(a, t0, t1);
 }
 
 }  // namespace nibble::cpu

@@ -66,6 +66,8 @@ bool cpu_has_amx_bf16() {
 // column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
 // of their cache blocking (kGemmBlockTiles, the AMX form's column block).
 // two_bit: the forms with a 2-bit kernel (all of them today).
+// prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
+// fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
 // prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
 // 1.25-2.0x gemm-amx's time at M = 8 (two runs of one build whose calibrations from cache put
 // the crossover at 16 and at 8), and 1.07-1.42x at M = 6 on all 8 llama layers at 2, 4 and 16
@@ -77,6 +79,7 @@ const KernelForm kKernelForms[] = {
     {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
+    {"gemm-avx2", gemm_avx2, true, false, kGemmRowsAvx2, false, true, 1, 32, 2, 0, avx2_unavailable},
     {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},
 };
 
@@ -88,7 +91,7 @@ struct Family {
 const Family kFamilies[] = {
     {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
     {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx"}},
-    {"avx2", {"fused-avx2", nullptr}},
+    {"avx2", {"fused-avx2", "gemm-avx2"}},
     {"portable", {"fused-portable", nullptr}},
 };
 
@@ -97,7 +100,9 @@ const Family kFamilies[] = {
 // best of kReps calls after one to warm up, the candidates taking turns so that a slow moment of
 // a shared machine hits them alike. The largest M stands for every M above it.
 constexpr int64_t kCalK = 4096, kCalN = 128, kCalG = 128;
-constexpr int64_t kCalMs[] = {1, 2, 4, 6, 8, 16, 32, 64};  // 6: gemm-amx's prior crossover
+// 6: gemm-amx's prior crossover; 3: where gemm-avx2 (6 rows) overtakes fused-avx2 (3 rows) on a
+// Zen 3 (1.9x faster there from memory, a tie at M = 2).
+constexpr int64_t kCalMs[] = {1, 2, 3, 4, 6, 8, 16, 32, 64};
 constexpr int kReps = 4;
 
 std::mutex g_report_mu;
@@ -248,6 +253,7 @@ KernelPlan make_plan(int32_t act_dtype) {
                        candidates.end());
   };
   drop(fused_avx2, fused_avx512);
+  drop(gemm_avx2, fused_avx512);
   drop(gemm_avx512bf16, gemm_amx);
   drop(fused_portable, nullptr);
   // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by

@@ -89,12 +89,13 @@ struct OnednnCpu {
 /// a Sapphire Rapids host, 2 threads) won over the avx512bf16 GEMM form from M = 256 on the large
 /// layers and from 1024 on all. Without AMX but with AVX-512 BF16 (a Zen 5, 2 threads) the fused
 /// avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32 brgemm lost to the fused
-/// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU the plan is
-/// fused-avx2 at every M (it has no GEMM form) and oneDNN runs its f32 brgemm: on a Zen 3
-/// (2 threads, bf16 activations, the four llama3-8b layers, both paths forced) they cross at
-/// M = 128-192; the oneDNN path took 1.05-1.89x the fused kernel's time at M = 64, 0.72-1.15x at
-/// 128, 0.71-0.77x at 256 and 0.54-0.69x at 512.
-constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256;
+/// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU oneDNN runs its
+/// f32 brgemm; on a Zen 3 (2 threads, bf16 activations, 4096x4096, 14336x4096 and 4096x14336,
+/// both paths forced, 2 rounds) it took 1.2-1.6x gemm-avx2's time at M = 128, 0.93-1.0x at 256,
+/// 0.88-0.96x at 512 and 0.83-0.99x at 1024; with f32 activations (the exact form) gemm-avx2 tied
+/// or won up to 512 (4096x28672 M = 255 433 ms, the oneDNN path at 256 487 ms; docs/benchmarks.md,
+/// "gemm-avx2").
+constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 512;
 /// The M from which the oneDNN path runs by default (INT64_MAX: never) for a layer whose oneDNN
 /// path multiplies in bf16 (`onednn_bf16`, else f32) and whose plan has the AMX form
 /// (`plan_uses_tiles`: it multiplies on the same tiles without dequantizing to memory first, so

@@ -9,8 +9,9 @@
 #   3. nibble bench fp16 at M = 256-4096 on the 8 shapes: wg128 and wg256 forced, each with
 #      stream_k and with waves (each run has cuBLAS fp16 dense beside it);
 #   3b. bench_kernels --wgmma-diag for wg128 with and without waves at M = 1024 and 4096;
-#   4. on the host's Xeon, docs/bench/device-2026-12-07/call12.sh's CPU runs (M = 1, cached against
-#      streamed weights, 1, 2 and 16 threads), while time is left.
+#   4. on the host's Xeon, the CPU plugin's conformance suite with gemm-avx512bf16 (its walk moved to
+#      kernel_gemm_impl.h) and gemm-avx2 (new) forced, then docs/bench/device-2026-12-07/call12.sh's
+#      CPU runs (M = 1, cached against streamed weights, 1, 2 and 16 threads), while time is left.
 # Bundle (here): plugins/cuda_w4a16/gpu_check.sh bundle; xz .gpu/build/plugins/cuda_w4a16/bench_kernels;
 #   the CPU plugin and libdnnl.so.2.xz, libgomp, libnuma added from bench/xeon_bundle.sh's bundle;
 #   xz .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so; this script and call12.sh copied to .gpu/.
@@ -111,6 +112,15 @@ tar -czf "$OUT/waves.tar.gz" -C "$W" .
 
 # 4.
 if [ $((SECONDS - T0)) -lt 440 ]; then
+  say "== 4. Xeon: conformance with gemm-avx512bf16 and gemm-avx2 forced ($((SECONDS - T0)) s)"
+  CP=$here/build/plugins/cpu_w4a16
+  for v in "gemm_avx512bf16 avx512bf16" "gemm_avx2 avx2"; do
+    set -- $v
+    (NIBBLE_CPU_PATH=fused NIBBLE_CPU_ISA=$2 NIBBLE_CPU_GEMM_MIN_M=1 NIBBLE_TEST_BACKEND=cpu_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$CP \
+       NIBBLE_TEST_REQUIRE_KERNEL=$1 timeout 120 "$CONF" > "$C/conf.$1" 2>&1; echo "exit=$?" >> "$C/conf.$1") &
+  done
+  wait
+  for f in "$C"/conf.*; do say "   ${f##*/conf.}: $(grep -m1 'cases checked' "$f") $(tail -1 "$f")"; done
   say "== 4. Xeon: call12 ($((SECONDS - T0)) s)"
   OUT=$C timeout $((580 - (SECONDS - T0))) bash "$here/call12.sh" > "$C/run.out" 2>&1
   say "   exit $? after $((SECONDS - T0)) s"
