@@ -83,95 +83,19 @@ struct Avx2Bits2 : Avx2 {
   static V exact(const W& w, const V& z) { return {exact1<R>(w.lo, z.lo), exact1<R>(w.hi, z.hi)}; }
 };
 
-// The GEMM form for many rows: MB <= kGemmRowsAvx2 rows x one tile of accumulators (12 ymm), so
-// that each operand made from a line's codes (three integer operations per ymm) feeds MB
-// multiply-adds; the one-tile form holds 3 rows (each row's accumulators and outputs in
-// registers) and makes as many integer operations as multiply-adds, about 40% of the FMA peak at
-// M >= 64. Outputs stay in y between segments (the accumulators start at -A: a segment ends with
-// one multiply-add per accumulator). T: Avx2 or Avx2Bits2; kExact: f32 activations, t = q - z
-// (kernel_fused_impl.h). The code words are read by each operand's shift (a memory operand),
-// not kept in registers: 12 accumulators, the operand and the broadcast x take 15 of the 16 ymm.
-template <class T, int MB, bool kExact, bool kAsym>
-void gemm_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp, int64_t rb,
-                const float* xs, float* y, int64_t ldy, int64_t pf) {
-  using V = typename T::V;
-  const uint32_t* q = w.tile_codes(t);
-  const float* z = w.tile_zeros(t);
-  for (int64_t sg = s0; sg < s1; ++sg) {
-    const int64_t g = w.seg_group[size_t(sg)];
-    const float* xa = xs + sg * 2 * rb;  // A, then X
-    const V zv = z ? T::load(z + g * kTileN) : T::set1(w.sym_zero);
-    V acc[MB];
-#pragma GCC unroll 6
-    for (int m = 0; m < MB; ++m) acc[m] = kExact ? T::zero() : T::set1(-xa[m]);
-    // Step R of the code words at c (row R of the word), x of the line at xl.
-    const auto step = [&]<int R>(const uint32_t* c, const uint32_t* xl) {
-      const typename T::W code = T::load_codes(c);
-      const V tv = kExact ? T::template exact<R>(code, zv) : T::template trick<R>(code);
-#pragma GCC unroll 6
-      for (int m = 0; m < MB; ++m) acc[m] = T::madd(tv, xl + m * 8 + R % 8, acc[m]);
-    };
-    const auto steps = [&]<int H, int... J>(const uint32_t* c, const uint32_t* xl, std::integer_sequence<int, J...>) {
-      (step.template operator()<T::kBits == 2 ? 8 * H + J : J>(c, xl), ...);
-    };
-    const int64_t l1 = w.seg_line[size_t(sg + 1)];
-    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; l += T::kBits == 2 ? 2 : 1) {
-      const uint32_t* c = q + w.line_offset(l);
-      if (pf) _mm_prefetch(reinterpret_cast<const char*>(c + pf), _MM_HINT_T0);
-      steps.template operator()<0>(c, xp + l * rb * 8, std::make_integer_sequence<int, 8>{});
-      // 2-bit codes: a line of words holds lines l and l + 1 (segments start at even lines).
-      if (T::kBits == 2 && l + 1 < l1)
-        steps.template operator()<1>(c, xp + (l + 1) * rb * 8, std::make_integer_sequence<int, 8>{});
-    }
-    const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
-    const V sS = kExact ? sv : T::mul(sv, T::set1(T::kScale));
-    const V sz = T::mul(sv, zv);
-#pragma GCC unroll 6
-    for (int m = 0; m < MB; ++m) {
-      float* yp = y + m * ldy + t * kTileN;
-      V out = sg == first ? T::mul(sS, acc[m]) : T::fmadd(sS, acc[m], T::load(yp));
-      if (!kExact && kAsym) out = T::fnmadd(sz, T::set1(xa[rb + m]), out);  // else folded into A
-      T::store(yp, out);
-    }
-  }
-}
-
-// The blocking of the walk (kernel_gemm_impl.h): 6 rows x 1 tile; 32 tiles x 128 lines = 256 KiB
-// of weights per block, x of a block of rows 6 x 128 lines x 32 bytes = 24 KiB.
+// The GEMM form (kernel_gemm_impl.h, f32 x): 6 rows x one tile of accumulators (12 ymm; the
+// operand and the broadcast x take 2 more). GCC keeps the code words and one accumulator on the
+// stack at 6 rows (about 20 stack accesses per line beside 96 multiply-adds): measured as it is.
+// 32 tiles x 128 lines = 256 KiB of weights per block, x of a block of rows 6 x 128 lines x 32
+// bytes = 24 KiB.
 constexpr gemm::Blocking kBlocking{1, 8, 32, 128, 8, 64};
-
-template <class T, bool kExact, bool kAsym>
-struct Blocks {
-  template <int MB, int NT>
-  struct F {
-    static void run(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp,
-                    int64_t rb, const float* xs, float* y, int64_t ldy, int64_t pf) {
-      gemm_block<T, MB, kExact, kAsym>(w, t, s0, s1, first, xp, rb, xs, y, ldy, pf);
-    }
-  };
-};
-
-template <class T, bool kExact, bool kAsym>
-void run_gemm(const FusedArgs& a, int64_t t0, int64_t t1) {
-  static constexpr auto table =
-      gemm::table<Blocks<T, kExact, kAsym>::template F, 1>(std::make_integer_sequence<int, kGemmRowsAvx2>{});
-  gemm::run(a, t0, t1, kBlocking, table);
-}
-
-template <class T>
-void gemm_of(const FusedArgs& a, int64_t t0, int64_t t1) {
-  const bool asym = a.w->tile_zeros(0) != nullptr;
-  if (a.exact) asym ? run_gemm<T, true, true>(a, t0, t1) : run_gemm<T, true, false>(a, t0, t1);
-  else asym ? run_gemm<T, false, true>(a, t0, t1) : run_gemm<T, false, false>(a, t0, t1);
-}
 
 }  // namespace
 
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2, Avx2Bits2>(a, t0, t1); }
 
 void gemm_avx2(const FusedArgs& a, int64_t t0, int64_t t1) {
-  if (a.w->code_bits == 2) gemm_of<Avx2Bits2>(a, t0, t1);
-  else gemm_of<Avx2>(a, t0, t1);
+  gemm::run_f32<Avx2, Avx2Bits2, kGemmRowsAvx2>(a, t0, t1, kBlocking);
 }
 
 uint64_t read_stream_avx2(const void* p, size_t bytes) {

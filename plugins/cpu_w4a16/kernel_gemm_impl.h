@@ -1,6 +1,8 @@
-// The walk of the GEMM forms (gemm-avx512bf16, gemm-avx2) over a call's tiles, rows and K: written
-// once; each form brings its block function (MB rows x NT tiles of accumulators over a run of
-// segments) compiled with its own instruction set, as a table indexed by (MB, NT).
+// The GEMM forms' common parts: the walk over a call's tiles, rows and K (run), written once for
+// every GEMM form, each of which brings its block function (MB rows x NT tiles of accumulators
+// over a run of segments) compiled with its own instruction set, as a table indexed by (MB, NT);
+// and the block function of the f32 GEMM forms (gemm-avx2, gemm-avx512: block_f32, over the
+// one-tile form's traits of kernel_fused_impl.h).
 //
 // Cache blocking: the weights of a group of kBlockTiles tiles are walked in K blocks of at most
 // kBlockLines lines, once per block of rows, kRowBlocks blocks of rows sharing one pass: the
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernel_fused_impl.h"
 #include "kernels.h"
 
 namespace nibble::cpu::gemm {
@@ -72,6 +75,90 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, const st
       }
     }
   }
+}
+
+// The f32 GEMM forms' block: MB rows x one tile of accumulators, so that each operand made from a
+// line's codes (the one-tile form's trick or exact form, T::trick / T::exact) feeds MB
+// multiply-adds. The one-tile forms hold a few rows (each row's accumulators and outputs in
+// registers: 3 with AVX2, 8 with AVX-512) and make, with AVX2, as many integer operations as
+// multiply-adds (about 40% of the FMA peak at M >= 64 on a Zen 3). Outputs stay in y between
+// segments: the accumulators start at -A (the trick; 0 for the exact form), so a segment ends with
+// one multiply-add per accumulator. T: the 4-bit or the 2-bit traits (a line of 2-bit words holds
+// lines l and l + 1; segments start at even lines); kExact: f32 activations, t = q - z.
+template <class T, int MB, bool kExact, bool kAsym>
+void block_f32(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp, int64_t rb,
+               const float* xs, float* y, int64_t ldy, int64_t pf) {
+  using V = typename T::V;
+  constexpr int kX = T::kXWords;  // f32 x: 8 words per line and row
+  const uint32_t* q = w.tile_codes(t);
+  const float* z = w.tile_zeros(t);
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const int64_t g = w.seg_group[size_t(sg)];
+    const float* xa = xs + sg * 2 * rb;  // A, then X
+    const V zv = z ? T::load(z + g * kTileN) : T::set1(w.sym_zero);
+    V acc[MB];
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) acc[m] = kExact ? T::zero() : T::set1(-xa[m]);
+    // Step R of the code words (row R of the word), x of the line at xl.
+    const auto step = [&]<int R>(const typename T::W& code, const uint32_t* xl) {
+      const V tv = kExact ? T::template exact<R>(code, zv) : T::template trick<R>(code);
+#pragma GCC unroll 16
+      for (int m = 0; m < MB; ++m) acc[m] = T::madd(tv, xl + m * kX + R % 8, acc[m]);
+    };
+    const auto steps = [&]<int H, int... J>(const typename T::W& code, const uint32_t* xl,
+                                            std::integer_sequence<int, J...>) {
+      (step.template operator()<T::kBits == 2 ? 8 * H + J : J>(code, xl), ...);
+    };
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; l += T::kBits == 2 ? 2 : 1) {
+      const uint32_t* c = q + w.line_offset(l);
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(c + pf), _MM_HINT_T0);
+      const typename T::W code = T::load_codes(c);
+      steps.template operator()<0>(code, xp + l * rb * kX, std::make_integer_sequence<int, 8>{});
+      if (T::kBits == 2 && l + 1 < l1)
+        steps.template operator()<1>(code, xp + (l + 1) * rb * kX, std::make_integer_sequence<int, 8>{});
+    }
+    const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
+    const V sS = kExact ? sv : T::mul(sv, T::set1(T::kScale));
+    const V sz = T::mul(sv, zv);
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      float* yp = y + m * ldy + t * kTileN;
+      V out = sg == first ? T::mul(sS, acc[m]) : T::fmadd(sS, acc[m], T::load(yp));
+      if (!kExact && kAsym) out = T::fnmadd(sz, T::set1(xa[rb + m]), out);  // else folded into A
+      T::store(yp, out);
+    }
+  }
+}
+
+template <class T, bool kExact, bool kAsym>
+struct BlocksF32 {
+  template <int MB, int NT>
+  struct F {
+    static void run(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp,
+                    int64_t rb, const float* xs, float* y, int64_t ldy, int64_t pf) {
+      block_f32<T, MB, kExact, kAsym>(w, t, s0, s1, first, xp, rb, xs, y, ldy, pf);
+    }
+  };
+};
+
+template <class T, int kRows, bool kExact, bool kAsym>
+void run_f32_with(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {
+  static constexpr auto blocks = table<BlocksF32<T, kExact, kAsym>::template F, 1>(std::make_integer_sequence<int, kRows>{});
+  run(a, t0, t1, B, blocks);
+}
+
+/// An f32 GEMM form: T the 4-bit traits, T2 the 2-bit ones, kRows rows at most per block
+/// (FusedArgs::rb), B.tiles = 1.
+template <class T, class T2, int kRows>
+void run_f32(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {
+  const bool asym = a.w->tile_zeros(0) != nullptr;
+  const auto with = [&]<class U>() {
+    if (a.exact) asym ? run_f32_with<U, kRows, true, true>(a, t0, t1, B) : run_f32_with<U, kRows, true, false>(a, t0, t1, B);
+    else asym ? run_f32_with<U, kRows, false, true>(a, t0, t1, B) : run_f32_with<U, kRows, false, false>(a, t0, t1, B);
+  };
+  if (a.w->code_bits == 2) with.template operator()<T2>();
+  else with.template operator()<T>();
 }
 
 }  // namespace

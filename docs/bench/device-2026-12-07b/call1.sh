@@ -10,7 +10,8 @@
 #      stream_k and with waves (each run has cuBLAS fp16 dense beside it);
 #   3b. bench_kernels --wgmma-diag for wg128 with and without waves at M = 1024 and 4096;
 #   4. on the host's Xeon, the CPU plugin's conformance suite with gemm-avx512bf16 (its walk moved to
-#      kernel_gemm_impl.h) and gemm-avx2 (new) forced, then docs/bench/device-2026-12-07/call12.sh's
+#      kernel_gemm_impl.h), gemm-avx2 and gemm-avx512 (new) forced; the f32 GEMM forms against the
+#      one-tile forms (M = 8, 64, 256; 2 and 16 threads); then docs/bench/device-2026-12-07/call12.sh's
 #      CPU runs (M = 1, cached against streamed weights, 1, 2 and 16 threads), while time is left.
 # Bundle (here): plugins/cuda_w4a16/gpu_check.sh bundle; xz .gpu/build/plugins/cuda_w4a16/bench_kernels;
 #   the CPU plugin and libdnnl.so.2.xz, libgomp, libnuma added from bench/xeon_bundle.sh's bundle;
@@ -114,13 +115,22 @@ tar -czf "$OUT/waves.tar.gz" -C "$W" .
 if [ $((SECONDS - T0)) -lt 440 ]; then
   say "== 4. Xeon: conformance with gemm-avx512bf16 and gemm-avx2 forced ($((SECONDS - T0)) s)"
   CP=$here/build/plugins/cpu_w4a16
-  for v in "gemm_avx512bf16 avx512bf16" "gemm_avx2 avx2"; do
+  for v in "gemm_avx512bf16 avx512bf16" "gemm_avx2 avx2" "gemm_avx512 avx512"; do
     set -- $v
     (NIBBLE_CPU_PATH=fused NIBBLE_CPU_ISA=$2 NIBBLE_CPU_GEMM_MIN_M=1 NIBBLE_TEST_BACKEND=cpu_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$CP \
        NIBBLE_TEST_REQUIRE_KERNEL=$1 timeout 120 "$CONF" > "$C/conf.$1" 2>&1; echo "exit=$?" >> "$C/conf.$1") &
   done
   wait
   for f in "$C"/conf.*; do say "   ${f##*/conf.}: $(grep -m1 'cases checked' "$f") $(tail -1 "$f")"; done
+  # The f32 GEMM forms against their one-tile forms (bf16 x, 2 and 16 threads).
+  for isa in avx512 avx2; do
+    for g in 1000000 1; do
+      NIBBLE_PLUGIN_PATH=$CP NIBBLE_CPU_PATH=fused NIBBLE_CPU_ISA=$isa NIBBLE_CPU_GEMM_MIN_M=$g timeout 60 "$NIBBLE" bench \
+        --backend cpu_w4a16 --shapes 4096x4096,14336x4096 --m 8,64,256 --threads 2,16 --dtype bf16 --budget 0.2 --no-dense \
+        > "$C/gemm_f32.$isa.$g.txt" 2>&1
+      grep -E "^ *[0-9]+x[0-9]+ +[0-9]" "$C/gemm_f32.$isa.$g.txt" | sed "s/^/   $isa min_m=$g: /" | tee -a "$S"
+    done
+  done
   say "== 4. Xeon: call12 ($((SECONDS - T0)) s)"
   OUT=$C timeout $((580 - (SECONDS - T0))) bash "$here/call12.sh" > "$C/run.out" 2>&1
   say "   exit $? after $((SECONDS - T0)) s"
