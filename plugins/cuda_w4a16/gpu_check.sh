@@ -18,6 +18,7 @@
 #   4. bench_kernels --check (every kernel against cuBLAS on dequantized weights, odd M) and
 #      --sweep (every kernel forced at M = 16 ... 4096 on the 8 shapes: the data behind the plan's
 #      choice rules)
+# GPU_CHECK_ONLY=1 stops after step 2 (correctness only).
 # Files under $OUT (at most 8 come back): summary.log (read it first), conformance.log,
 # bench_f16.json, bench_bf16.json, bench.txt, cuda.svg (fp16), sweep.txt, sass.txt.
 set -u
@@ -130,6 +131,7 @@ nfix=$(ls "$TMP"/fix.* | wc -l)
 okfix=$(grep -l "exit=0" "$TMP"/fix.* | wc -l)
 say "-- fixtures through nibble verify --backend cuda_w4a16: $okfix of $nfix exit 0"
 grep -L "exit=0" "$TMP"/fix.* 2>/dev/null | sed 's/.*fix\./   failed: /' | tee -a "$S"
+if [ "${GPU_CHECK_ONLY:-0}" = 1 ]; then say "== correctness only (GPU_CHECK_ONLY=1): done in $((SECONDS - T0)) s"; exit 0; fi
 
 # 3. nibble bench, fp16 and bf16 (the GPU to itself from here on).
 : > "$OUT/bench.txt"
