@@ -6,7 +6,7 @@
 #   2. the conformance suite with wgmma_sched=waves: wg16, wg32, wg64, wg128, wg256 forced, and auto,
 #      and wg16, wg64, wg256 with min_stages=200 (small grids: whole waves, raster bands and a tail
 #      on the suite's shapes); wg256, the new BN 128 x BM 256 tile, is forced in step 1 as well;
-#   3. nibble bench fp16 at M = 256-4096 on the 8 shapes: wg128 and wg256 forced, each with
+#   3. nibble bench fp16 at M = 256, 512, 1024, 4096 on the 8 shapes: wg128 and wg256 forced, each with
 #      stream_k and with waves (each run has cuBLAS fp16 dense beside it);
 #   3b. bench_kernels --wgmma-diag for wg128 with and without waves at M = 1024 and 4096;
 #   4. on the host's Xeon, the CPU plugin's conformance suite with gemm-avx512bf16 (its walk moved to
@@ -67,7 +67,7 @@ bench() {  # name, environment...
   local name=$1; shift
   [ $((SECONDS - T0)) -gt 480 ] && { say "   $name skipped: $((SECONDS - T0)) s"; return; }
   env "$@" NIBBLE_PLUGIN_PATH=$P timeout 120 "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
-    --m 256,512,1024,2048,4096 --dtype f16 --budget 0.2 --json "$W/$name.json" > "$W/$name.txt" 2>&1
+    --m 256,512,1024,4096 --dtype f16 --budget 0.15 --json "$W/$name.json" > "$W/$name.txt" 2>&1
   say "   $name: exit $? after $((SECONDS - T0)) s"
 }
 bench wg128_sk NIBBLE_CUDA_KERNEL=wg128 NIBBLE_CUDA_WGMMA_SCHED=stream_k
