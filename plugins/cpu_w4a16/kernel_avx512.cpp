@@ -1,9 +1,7 @@
-// The f32 kernel forms with AVX-512 (F, BW, VL, DQ): the one-tile traits (Avx512, Avx512Bits2, for
-// kernel_fused_impl.h; one zmm is one 16-column tile row) and the GEMM form (kernel_gemm_impl.h).
+// The fused kernel with AVX-512 (F, BW, VL, DQ): one zmm is one 16-column tile row.
 #include <immintrin.h>
 
 #include "kernel_fused_impl.h"
-#include "kernel_gemm_impl.h"
 #include "scales_avx512.h"
 
 namespace nibble::cpu {
@@ -71,19 +69,9 @@ struct Avx512Bits2 : Avx512 {
   }
 };
 
-// The GEMM form: 12 rows x one tile of accumulators (12 zmm, beside the line's codes and their four
-// rotations, the operand and the broadcast x: 19 of the 32), one vpternlogd per operand for 12
-// multiply-adds. K blocks of 64 lines keep a block of rows' x (12 rows x 64 lines x 32 bytes,
-// 24 KiB) in L1; 32 tiles x 64 lines = 128 KiB of weights per block.
-constexpr gemm::Blocking kBlocking{1, 8, 32, 64, 8, 64};
-
 }  // namespace
 
 void fused_avx512(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx512, Avx512Bits2>(a, t0, t1); }
-
-void gemm_avx512(const FusedArgs& a, int64_t t0, int64_t t1) {
-  gemm::run_f32<Avx512, Avx512Bits2, kGemmRowsAvx512>(a, t0, t1, kBlocking);
-}
 
 uint64_t read_stream_avx512(const void* p, size_t bytes) {
   // Four independent 512-bit loads per iteration keep enough misses in flight.

@@ -78,7 +78,6 @@ const KernelForm kKernelForms[] = {
     {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 6, amx_unavailable},
     {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    {"gemm-avx512", gemm_avx512, true, false, kGemmRowsAvx512, false, true, 1, 32, 2, 0, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
     {"gemm-avx2", gemm_avx2, true, false, kGemmRowsAvx2, false, true, 1, 32, 2, 0, avx2_unavailable},
     {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},
@@ -91,7 +90,7 @@ struct Family {
 };
 const Family kFamilies[] = {
     {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
-    {"avx512", {"fused-avx512", "gemm-avx512"}}, {"avx512-amx", {"fused-avx512", "gemm-amx"}},
+    {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx"}},
     {"avx2", {"fused-avx2", "gemm-avx2"}},
     {"portable", {"fused-portable", nullptr}},
 };
@@ -244,9 +243,7 @@ KernelPlan make_plan(int32_t act_dtype) {
   // Portable code is the last resort, AVX2 code is never faster than the same kernel on AVX-512
   // (which takes twice the columns per instruction), the AVX-512 BF16 GEMM form never beats
   // AMX's tiles where they run (the AMX Xeon host's calibration: 1.8x slower at M = 64, never
-  // faster from M = 4 on), and the f32 GEMM form (gemm-avx512) makes one product per lane and
-  // instruction where either bf16 GEMM form makes two or more: not worth calibrating. (So
-  // gemm-avx512 runs for f32 activations, and on AVX-512 CPUs without BF16.)
+  // faster from M = 4 on): not worth calibrating.
   const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
     const bool other = std::any_of(candidates.begin(), candidates.end(),
                                    [&](const KernelForm* f) { return f->fn == unless_absent; });
@@ -257,8 +254,6 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(gemm_avx2, fused_avx512);
-  drop(gemm_avx512, gemm_avx512bf16);  // f32 multiply-adds against two bf16 products per lane
-  drop(gemm_avx512, gemm_amx);
   drop(gemm_avx512bf16, gemm_amx);
   drop(fused_portable, nullptr);
   // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by

@@ -1,8 +1,9 @@
 // The GEMM forms' common parts: the walk over a call's tiles, rows and K (run), written once for
 // every GEMM form, each of which brings its block function (MB rows x NT tiles of accumulators
 // over a run of segments) compiled with its own instruction set, as a table indexed by (MB, NT);
-// and the block function of the f32 GEMM forms (gemm-avx2, gemm-avx512: block_f32, over the
-// one-tile form's traits of kernel_fused_impl.h).
+// and the block function of the f32 GEMM form (gemm-avx2: block_f32, over the one-tile form's
+// traits of kernel_fused_impl.h; written over the traits, not AVX2 itself: an AVX-512 instance,
+// gemm-avx512 with 12 rows, was measured and removed, docs/benchmarks.md "gemm-avx2").
 //
 // Cache blocking: the weights of a group of kBlockTiles tiles are walked in K blocks of at most
 // kBlockLines lines, once per block of rows, kRowBlocks blocks of rows sharing one pass: the
@@ -148,7 +149,7 @@ void run_f32_with(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B)
   run(a, t0, t1, B, blocks);
 }
 
-/// An f32 GEMM form: T the 4-bit traits, T2 the 2-bit ones, kRows rows at most per block
+/// The f32 GEMM form: T the 4-bit traits, T2 the 2-bit ones, kRows rows at most per block
 /// (FusedArgs::rb), B.tiles = 1.
 template <class T, class T2, int kRows>
 void run_f32(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {

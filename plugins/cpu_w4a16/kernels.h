@@ -120,11 +120,10 @@ void fused_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
 /// FusedArgs::rb = kGemmRows).
 constexpr int kGemmRows = 6;
 void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
-/// The GEMM forms of the f32 kernels for many rows (one tile x kGemmRowsAvx2 or kGemmRowsAvx512
-/// rows of accumulators: FusedArgs::rb), f32 x as the one-tile forms take it (kernel_gemm_impl.h).
-constexpr int kGemmRowsAvx2 = 6, kGemmRowsAvx512 = 12;
+/// The GEMM form of the AVX2 kernel for many rows (one tile x kGemmRowsAvx2 rows of accumulators:
+/// FusedArgs::rb), f32 x as the one-tile form takes it (kernel_gemm_impl.h).
+constexpr int kGemmRowsAvx2 = 6;
 void gemm_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
-void gemm_avx512(const FusedArgs& a, int64_t t0, int64_t t1);
 /// The AMX-BF16 form (kernel_amx.cpp): x in the tile layout, rb = min(16, m); the calling thread
 /// must have AMX permission (amx_unavailable() returned nullptr).
 void gemm_amx(const FusedArgs& a, int64_t t0, int64_t t1);
