@@ -61,15 +61,18 @@ const ChoiceRule kChoiceRules[] = {
     // cuBLAS, whose dense copy sums the planes (an H100, 2026-12-06 call 8: 8192x8192 132 against
     // wg128's 159 µs at M = 256; docs/cuda.md "8-bit layers on the dense path").
     {90, 90, 129, 256, 0, 128 * kMi, 0, 0, 0, 0, kCublas, ActRule::any, 8, 0},
-    {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},
+    // wg256 (BN 128 x BM 256) where these rows had wg128: both pad M = 129-256 to 256 rows, and at
+    // M = 256 wg256 took 0.88-0.97x wg128's time on the 8 shapes, at 512-1024 0.90-0.98x (the H200,
+    // 2026-12-07; docs/cuda.md "Whole waves in raster order, and a BN 128 x BM 256 tile").
+    {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg256},
     // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
-    // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): wg128 where it beat
-    // dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on the 70B
-    // down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200 at
-    // M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
-    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
-    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
-    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 0, 4},
+    // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): the wgmma kernel where it
+    // beat dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on
+    // the 70B down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200
+    // at M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
+    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
+    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
+    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg256, ActRule::any, 0, 4},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
@@ -204,11 +207,13 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     return NIBBLE_OK;
   }
   if (key == "wgmma_sched") {
-    if (value != "stream_k" && value != "waves") {
-      *why = "wgmma_sched: expected stream_k or waves, found '" + std::string(value) + "'";
+    if (value != "stream_k" && value != "waves" && value != "auto") {
+      *why = "wgmma_sched: expected stream_k, waves or auto, found '" + std::string(value) + "'";
       return NIBBLE_ERR_INVALID_ARGUMENT;
     }
-    o.wgmma_waves = value == "waves";
+    o.wgmma_sched = value == "stream_k" ? PlanOptions::Sched::stream_k
+                    : value == "waves"  ? PlanOptions::Sched::waves
+                                        : PlanOptions::Sched::automatic;
     return NIBBLE_OK;
   }
   if (key == "gemv_prefetch") {
@@ -299,7 +304,9 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
   plan.overlap = o.overlap && dev.cc >= 90 && d.family != Family::mma;  // PDL: the GEMV and wgmma kernels
   plan.x_image = o.wgmma_x_image && d.family == Family::wgmma;
   plan.w_lsu = o.wgmma_w_lsu && d.family == Family::wgmma;
-  plan.waves = o.wgmma_waves && d.family == Family::wgmma;
+  plan.waves = d.family == Family::wgmma &&
+               (o.wgmma_sched == PlanOptions::Sched::waves ||
+                (o.wgmma_sched == PlanOptions::Sched::automatic && ki.bm >= 128));
   if (d.family == Family::gemv) {
     plan.prefetch = o.gemv_prefetch;
     plan.planes8 = o.gemv_planes8;

@@ -96,10 +96,13 @@ struct PlanOptions {
   enum class Fixup : uint8_t { last, split, automatic };
   Fixup wgmma_fixup = Fixup::automatic;
   /// wgmma kernels: how tiles are dealt to the persistent blocks: "stream_k", every tile's k
-  /// stages split evenly over the blocks in the plain order; or "waves", whole tiles wave by wave
-  /// in a raster of bands of 8 m tiles, then a stream-K tail of one to two waves
-  /// (wgmma_layout.h, WgItems), so that a wave's blocks share their x and weight panels in L2
-  bool wgmma_waves = false;
+  /// stages split evenly over the blocks in the plain order; "waves", whole tiles wave by wave in
+  /// a raster of bands of 8 m tiles, then a stream-K tail of one to two waves (wgmma_layout.h,
+  /// WgItems), so that a wave's blocks share their x and weight panels in L2; "auto", the
+  /// default: waves for the tiles of BM >= 128 (wg128, wg256: 0.89-1.04x the stream-K time at
+  /// M = 256-4096 on the H200, docs/cuda.md), stream-K for the smaller ones (not measured with waves)
+  enum class Sched : uint8_t { stream_k, waves, automatic };
+  Sched wgmma_sched = Sched::automatic;
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights
   /// (`gemv_prefetch`, 0 = none)
   int32_t gemv_prefetch = kDefaultGemvPrefetch;

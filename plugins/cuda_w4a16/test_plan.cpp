@@ -271,28 +271,28 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(4096, 6144), dev.facts(90, false), o, 128).kernel == kWg64);
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), o, 128).kernel == kWg128);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, false), o, 128).kernel == kWg128);
-  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg128);
-  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 256).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg256);
+  CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 129).kernel == kWg256);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 1024).kernel == kCublas);
-  // Past M = 256 (4 bits): wg128 on the larger layers, the larger M the larger the layer, to 1024
+  // Past M = 256 (4 bits): wg256 on the larger layers, the larger M the larger the layer, to 1024
   // on 28672x8192 only; 8-bit layers (two nibble planes, K doubled) and Ampere on dequantize + cuBLAS.
   auto eight = [](int64_t k, int64_t n) {
     ShapeFacts s = shape(2 * k, n);
     s.bits = 8;
     return s;
   };
-  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg128);
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg256);
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 385).kernel == kCublas);
   CHECK(make_plan(shape(4096, 6144), dev.facts(90, true), o, 257).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 384).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 384).kernel == kWg256);
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 385).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg256);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 641).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg256);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 641).kernel == kCublas);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 700).kernel == kWg128);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 257).kernel == kWg128);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1024).kernel == kWg128);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 700).kernel == kWg256);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 257).kernel == kWg256);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1024).kernel == kWg256);
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1025).kernel == kCublas);
   CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 257).kernel == kCublas);
   CHECK(make_plan(eight(28672, 8192), dev.facts(90, true), o, 1024).kernel == kCublas);
@@ -300,18 +300,18 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(eight(8192, 8192), dev.facts(90, true), o, 256).kernel == kCublas);
   CHECK(make_plan(eight(4096, 4096), dev.facts(90, true), o, 129).kernel == kCublas);
   CHECK(make_plan(eight(8192, 8192), dev.facts(90, true), o, 128).kernel == kWg128);
-  CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 256).kernel == kWg128);
-  CHECK(make_plan(shape(2 * 8192, 8192), dev.facts(90, true), o, 256).kernel == kWg128);  // 4 bits, same size
-  CHECK(make_plan(eight(8192, 8192), dev.facts(90, false), o, 256).kernel == kWg128);  // no cuBLAS
+  CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 256).kernel == kWg256);
+  CHECK(make_plan(shape(2 * 8192, 8192), dev.facts(90, true), o, 256).kernel == kWg256);  // 4 bits, same size
+  CHECK(make_plan(eight(8192, 8192), dev.facts(90, false), o, 256).kernel == kWg256);  // no cuBLAS
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 1024).kernel == kCublas);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel != kWg128);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel != kWg256);
   // Without cuBLAS past M = 256 the table's last rows (tiled l) serve 8-bit layers, never wgmma.
   CHECK(make_plan(eight(8192, 10240), dev.facts(90, false, true), o, 300).kernel == kL);
   // Where the rules pick dequantize + cuBLAS, a plugin without cuBLAS (or below cublas_min_m)
   // gets the next row's wgmma kernel.
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, true), o, 128).kernel == kCublas);
   CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 128).kernel == kWg64);
-  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 256).kernel == kWg128);
+  CHECK(make_plan(shape(4096, 4096), dev.facts(90, false), o, 256).kernel == kWg256);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false, false), o, 64).kernel == kS8);  // not built
   CHECK(make_plan(shape(8192, 57344), dev.facts(89, false), o, 64).kernel == kS8);
 }
@@ -574,7 +574,7 @@ TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the rast
       if (m == 4096 && k * n > 4096 * 4096) continue;  // (the test's time)
       PlanOptions o;
       o.forced = kWg128;
-      o.wgmma_waves = true;
+      o.wgmma_sched = PlanOptions::Sched::waves;
       const Plan p = make_plan(shape(k, n), dev.facts(90, false), o, m);
       REQUIRE(p.declined.empty());
       CHECK(p.waves);
@@ -611,16 +611,34 @@ TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the rast
         if (n_tiles >= 132) CHECK(ms.size() <= size_t(2 * kWgRasterGroup));
       }
     }
-  // The option.
+  // The option, and which launches walk whole waves: with "auto" (the default) the tiles of
+  // BM >= 128 only, with "waves" every wgmma launch, with "stream_k" none; the GEMV never.
   PlanOptions o;
   std::string why;
-  CHECK(!o.wgmma_waves);
+  const auto waves = [&](int64_t m, int32_t forced = -1) {
+    PlanOptions f = o;
+    f.forced = forced;
+    return make_plan(shape(8192, 57344), dev.facts(90, false), f, m).waves;
+  };
+  CHECK(o.wgmma_sched == PlanOptions::Sched::automatic);
+  CHECK(waves(256));            // wg256
+  CHECK(waves(128));            // wg128
+  CHECK(!waves(64));            // wg64
+  CHECK(!waves(1));             // GEMV
+  CHECK(waves(1000, kWg128));
+  CHECK(!waves(1000, kWg64));
   CHECK(set_plan_option(o, "wgmma_sched", "waves", false, &why) == NIBBLE_OK);
-  CHECK(o.wgmma_waves);
+  CHECK(o.wgmma_sched == PlanOptions::Sched::waves);
+  CHECK(waves(64));
+  CHECK(waves(1000, kWg16));
+  CHECK(!waves(1));
   CHECK(set_plan_option(o, "wgmma_sched", "tiles", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
-  CHECK(why.find("wgmma_sched: expected stream_k or waves, found 'tiles'") != std::string::npos);
-  CHECK(o.wgmma_waves);  // unchanged
+  CHECK(why.find("wgmma_sched: expected stream_k, waves or auto, found 'tiles'") != std::string::npos);
+  CHECK(o.wgmma_sched == PlanOptions::Sched::waves);  // unchanged
   CHECK(set_plan_option(o, "wgmma_sched", "stream_k", false, &why) == NIBBLE_OK);
-  CHECK(!o.wgmma_waves);
-  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), o, 1).waves);  // GEMV: none
+  CHECK(o.wgmma_sched == PlanOptions::Sched::stream_k);
+  CHECK(!waves(256));
+  CHECK(!waves(1000, kWg128));
+  CHECK(set_plan_option(o, "wgmma_sched", "auto", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_sched == PlanOptions::Sched::automatic);
 }
