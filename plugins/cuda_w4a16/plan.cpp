@@ -61,18 +61,21 @@ const ChoiceRule kChoiceRules[] = {
     // cuBLAS, whose dense copy sums the planes (an H100, 2026-12-06 call 8: 8192x8192 132 against
     // wg128's 159 µs at M = 256; docs/cuda.md "8-bit layers on the dense path").
     {90, 90, 129, 256, 0, 128 * kMi, 0, 0, 0, 0, kCublas, ActRule::any, 8, 0},
-    // wg256 (BN 128 x BM 256) where these rows had wg128: both pad M = 129-256 to 256 rows, and at
-    // M = 256 wg256 took 0.88-0.97x wg128's time on the 8 shapes, at 512-1024 0.90-0.98x (the H200,
-    // 2026-12-07; docs/cuda.md "Whole waves in raster order, and a BN 128 x BM 256 tile").
+    // wg256 (BN 128 x BM 256) where it pads M no further than wg128 and was measured faster: both
+    // pad M = 129-256 to 256 rows (wg256 0.88-0.97x wg128's time at M = 256 on the H200, 0.93-0.99x
+    // at 160 and 256 on an H100), and 385-512 to 512 (0.93-1.00x on both cards). At M = 384 and
+    // 640, where it pads to 512 and 768 rows against wg128's 384 and 640, it took 1.05-1.26x wg128's
+    // time on the H100 (2026-12-07; docs/cuda.md "Whole waves in raster order, and a BN 128 x BM 256 tile").
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg256},
     // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
     // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): the wgmma kernel where it
     // beat dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on
     // the 70B down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200
     // at M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
-    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
-    {90, 90, 385, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
-    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg256, ActRule::any, 0, 4},
+    {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
+    {90, 90, 385, 512, 80 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
+    {90, 90, 513, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
+    {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
     // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.

@@ -274,25 +274,27 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, false), o, 256).kernel == kWg256);
   CHECK(make_plan(shape(4096, 28672), dev.facts(90, false), o, 129).kernel == kWg256);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 1024).kernel == kCublas);
-  // Past M = 256 (4 bits): wg256 on the larger layers, the larger M the larger the layer, to 1024
+  // Past M = 256 (4 bits): wg128 (wg256 at 385-512) on the larger layers, the larger M the larger the layer, to 1024
   // on 28672x8192 only; 8-bit layers (two nibble planes, K doubled) and Ampere on dequantize + cuBLAS.
   auto eight = [](int64_t k, int64_t n) {
     ShapeFacts s = shape(2 * k, n);
     s.bits = 8;
     return s;
   };
-  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg256);
+  CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg128);
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 385).kernel == kCublas);
   CHECK(make_plan(shape(4096, 6144), dev.facts(90, true), o, 257).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 384).kernel == kWg256);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 384).kernel == kWg128);
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 385).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg256);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg128);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 512).kernel == kWg256);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 385).kernel == kWg256);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 641).kernel == kCublas);
-  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg256);
+  CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg128);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 641).kernel == kCublas);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 700).kernel == kWg256);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 257).kernel == kWg256);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1024).kernel == kWg256);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 700).kernel == kWg128);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 257).kernel == kWg128);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1024).kernel == kWg128);
   CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 1025).kernel == kCublas);
   CHECK(make_plan(eight(8192, 10240), dev.facts(90, true), o, 257).kernel == kCublas);
   CHECK(make_plan(eight(28672, 8192), dev.facts(90, true), o, 1024).kernel == kCublas);
