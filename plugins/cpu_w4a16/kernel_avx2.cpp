@@ -1,5 +1,6 @@
 // The AVX2 + FMA kernel forms: the one-tile traits (Avx2, Avx2Bits2, for kernel_fused_impl.h; a
-// 16-column tile row is two ymm registers) and the GEMM form (gemm below).
+// 16-column tile row is two ymm registers) and the GEMM form (gemm_avx2: kernel_gemm_impl.h's
+// block_f32 over these traits).
 #include <immintrin.h>
 
 #include "kernel_fused_impl.h"

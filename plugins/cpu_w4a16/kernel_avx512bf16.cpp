@@ -1,6 +1,6 @@
 // The AVX-512 BF16 kernel forms, for 4-bit and native 2-bit codes: the one-tile traits
-// (Avx512Bf16, Avx512Bf16Bits2, for kernel_fused_impl.h) and the GEMM form (gemm), whose line
-// decoding is a policy (Decode4, Decode2).
+// (Avx512Bf16, Avx512Bf16Bits2, for kernel_fused_impl.h) and the GEMM form (gemm_block, walked by
+// kernel_gemm_impl.h), whose line decoding is a policy (Decode4, Decode2).
 //
 // A pair of rows J (rows J and J + 4 of a line, cpu_weights.h kPairStride) becomes the bf16 numbers
 // 128 + q in the low and high halves of each 32-bit lane: D::pair moves the two codes to bits 0 and

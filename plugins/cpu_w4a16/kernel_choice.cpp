@@ -63,8 +63,10 @@ bool cpu_has_amx_bf16() {
 
 // The menu, in order of preference where calibrated times tie. Quantum, chunk and min_quanta:
 // the one-tile forms are bandwidth-bound and hand out single tiles; the GEMM forms hand out whole
-// column blocks (4 tiles of accumulators, or the AMX form's pairs of tiles) and prefer ranges
-// of their cache blocking (kGemmBlockTiles, the AMX form's column block).
+// column blocks (gemm-avx512bf16's 4 tiles of accumulators, the AMX form's pairs of tiles,
+// gemm-avx2's single tiles) and prefer ranges of their cache blocking (32 tiles:
+// kernel_gemm_impl.h's Blocking, the AMX form's column block); below min_quanta quanta (8 tiles)
+// per member apply splits K as well.
 // two_bit: the forms with a 2-bit kernel (all of them today).
 // prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
 // fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
@@ -79,7 +81,7 @@ const KernelForm kKernelForms[] = {
     {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
     {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
-    {"gemm-avx2", gemm_avx2, true, false, kGemmRowsAvx2, false, true, 1, 32, 2, 0, avx2_unavailable},
+    {"gemm-avx2", gemm_avx2, true, false, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
     {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},
 };
 
@@ -101,7 +103,8 @@ const Family kFamilies[] = {
 // a shared machine hits them alike. The largest M stands for every M above it.
 constexpr int64_t kCalK = 4096, kCalN = 128, kCalG = 128;
 // 6: gemm-amx's prior crossover; 3: where gemm-avx2 (6 rows) overtakes fused-avx2 (3 rows) on a
-// Zen 3 (1.9x faster there from memory, a tie at M = 2).
+// Zen 3 (1.9x faster there from memory, a tie at M = 2). Every CPU calibrates every M here: 3
+// added about 1/9 to the calibration's 20-40 ms.
 constexpr int64_t kCalMs[] = {1, 2, 3, 4, 6, 8, 16, 32, 64};
 constexpr int kReps = 4;
 
@@ -241,7 +244,8 @@ KernelPlan make_plan(int32_t act_dtype) {
     }
   }
   // Portable code is the last resort, AVX2 code is never faster than the same kernel on AVX-512
-  // (which takes twice the columns per instruction), the AVX-512 BF16 GEMM form never beats
+  // (which takes twice the columns per instruction; for the GEMM form, an AVX-512 instance of it
+  // tied or lost to fused-avx512 on the Xeon host, docs/benchmarks.md "gemm-avx2"), the AVX-512 BF16 GEMM form never beats
   // AMX's tiles where they run (the AMX Xeon host's calibration: 1.8x slower at M = 64, never
   // faster from M = 4 on): not worth calibrating.
   const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
@@ -457,10 +461,11 @@ const OnednnCpu& OnednnCpu::this_cpu() {
   return cpu;
 }
 
-int64_t onednn_from_m(bool onednn_bf16, bool plan_uses_tiles, const OnednnCpu& cpu) {
-  if (plan_uses_tiles) return INT64_MAX;
+int64_t onednn_from_m(bool onednn_bf16, const KernelPlan& plan, const OnednnCpu& cpu) {
+  if (plan.uses_tiles()) return INT64_MAX;
   if (onednn_bf16 && cpu.amx_bf16) return kBf16OnednnMinM;
-  if (!onednn_bf16 && cpu.avx2_only) return kAvx2OnednnMinM;
+  if (!onednn_bf16 && cpu.avx2_only)
+    return plan.at(kAvx2OnednnMinM).compute_bound ? kAvx2GemmOnednnMinM : kAvx2OnednnMinM;
   return INT64_MAX;
 }
 

@@ -90,16 +90,18 @@ struct OnednnCpu {
 /// layers and from 1024 on all. Without AMX but with AVX-512 BF16 (a Zen 5, 2 threads) the fused
 /// avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32 brgemm lost to the fused
 /// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU oneDNN runs its
-/// f32 brgemm; on a Zen 3 (2 threads, bf16 activations, 4096x4096, 14336x4096 and 4096x14336,
-/// both paths forced, 2 rounds) it took 1.2-1.6x gemm-avx2's time at M = 128, 0.93-1.0x at 256,
-/// 0.88-0.96x at 512 and 0.83-0.99x at 1024; with f32 activations (the exact form) gemm-avx2 tied
-/// or won up to 512 (4096x28672 M = 255 433 ms, the oneDNN path at 256 487 ms; docs/benchmarks.md,
-/// "gemm-avx2").
-constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 512;
+/// f32 brgemm: against fused-avx2 (a Zen 3, 2 threads, bf16 activations, the four llama3-8b
+/// layers) it took 0.72-1.15x the time at M = 128, 0.71-0.77x at 256 and 0.54-0.69x at 512, so
+/// from M = 256 (kAvx2OnednnMinM); against gemm-avx2 (the same CPU, 4096x4096, 14336x4096,
+/// 4096x14336, 2 rounds) 1.2-1.6x at M = 128, 0.93-1.0x at 256, 0.88-0.96x at 512 and 0.83-0.99x
+/// at 1024, and with f32 activations gemm-avx2 won at M = 255-256 (4096x28672: 433 ms at M = 255
+/// against the oneDNN path's 487 at 256), so from M = 512 where the plan runs gemm-avx2 at 256
+/// (kAvx2GemmOnednnMinM; docs/benchmarks.md, "gemm-avx2").
+constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256, kAvx2GemmOnednnMinM = 512;
 /// The M from which the oneDNN path runs by default (INT64_MAX: never) for a layer whose oneDNN
-/// path multiplies in bf16 (`onednn_bf16`, else f32) and whose plan has the AMX form
-/// (`plan_uses_tiles`: it multiplies on the same tiles without dequantizing to memory first, so
-/// oneDNN is never chosen over it).
-int64_t onednn_from_m(bool onednn_bf16, bool plan_uses_tiles, const OnednnCpu& cpu);
+/// path multiplies in bf16 (`onednn_bf16`, else f32), with this plan of the fused kernels: never
+/// where the plan has the AMX form (it multiplies on the same tiles without dequantizing to memory
+/// first), and on AVX2-only CPUs by which form the plan runs at M = kAvx2OnednnMinM.
+int64_t onednn_from_m(bool onednn_bf16, const KernelPlan& plan, const OnednnCpu& cpu);
 
 }  // namespace nibble::cpu

@@ -5,8 +5,8 @@
 // traits of kernel_fused_impl.h; written over the traits, not AVX2 itself: an AVX-512 instance,
 // gemm-avx512 with 12 rows, was measured and removed, docs/benchmarks.md "gemm-avx2").
 //
-// Cache blocking: the weights of a group of kBlockTiles tiles are walked in K blocks of at most
-// kBlockLines lines, once per block of rows, kRowBlocks blocks of rows sharing one pass: the
+// Cache blocking (Blocking): the weights of a group of block_tiles tiles are walked in K blocks of
+// at most block_lines lines, once per block of rows, row_blocks blocks of rows sharing one pass: the
 // weights come from memory for the first block of rows and from L2 for the others, and each
 // block of rows' x for the K block is read once and then from L1 by the block's groups of tiles.
 // Outputs stay in y between K blocks (the block functions write the first segment of the call's
@@ -28,7 +28,8 @@ namespace {
 /// Block function: tiles [t, t + NT) for MB rows, segments [s0, s1); `first`: the call's first
 /// segment (y is written, not accumulated); xp: the block of rows' x, [lines][rb][x words]; xs:
 /// its [segments][2][rb]; y: its first row; pf: words ahead of the line it reads that it prefetches
-/// (0: none, the weights are in L2).
+/// for the first block of rows of a pass (0 for the others, whose weights are in L2: the bf16 form
+/// then prefetches its own line, as measured; the f32 form nothing).
 using Block = void (*)(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const uint32_t* xp,
                        int64_t rb, const float* xs, float* y, int64_t ldy, int64_t pf);
 
@@ -113,7 +114,8 @@ void block_f32(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t f
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     for (int64_t l = w.seg_line[size_t(sg)]; l < l1; l += T::kBits == 2 ? 2 : 1) {
       const uint32_t* c = q + w.line_offset(l);
-      if (pf) _mm_prefetch(reinterpret_cast<const char*>(c + pf), _MM_HINT_T0);
+      // An integer address: past the last tile it runs beyond the array, which a prefetch may.
+      if (pf) _mm_prefetch(reinterpret_cast<const char*>(uintptr_t(c) + uintptr_t(pf) * sizeof(uint32_t)), _MM_HINT_T0);
       const typename T::W code = T::load_codes(c);
       steps.template operator()<0>(code, xp + l * rb * kX, std::make_integer_sequence<int, 8>{});
       if (T::kBits == 2 && l + 1 < l1)

@@ -80,7 +80,7 @@ int64_t onednn_min_m(const Prepared& p) {
     if (std::strcmp(env, "onednn") == 0) return 1;
     if (std::strcmp(env, "fused") == 0) return INT64_MAX;
   }
-  return onednn_from_m(p.onednn->bf16(), p.plan->uses_tiles(), OnednnCpu::this_cpu());
+  return onednn_from_m(p.onednn->bf16(), *p.plan, OnednnCpu::this_cpu());
 }
 
 // Whether a call of M rows runs the oneDNN path: from onednn_min_m on, except in a process forked
@@ -139,7 +139,7 @@ std::string families(const KernelPlan& plan) {
 // Where the oneDNN path takes over from the plan's kernels by default, for the probe message.
 std::string onednn_summary(int32_t act_dtype, const KernelPlan& plan) {
   const bool bf16 = OnednnPath::multiplies_bf16(act_dtype == NIBBLE_DTYPE_BF16);
-  const int64_t from = onednn_from_m(bf16, plan.uses_tiles(), OnednnCpu::this_cpu());
+  const int64_t from = onednn_from_m(bf16, plan, OnednnCpu::this_cpu());
   if (from == INT64_MAX) return "";
   return std::string(bf16 ? ", but onednn-bf16" : ", but onednn-f32") + " from M = " + std::to_string(from);
 }

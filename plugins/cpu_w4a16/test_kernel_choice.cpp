@@ -80,15 +80,27 @@ TEST_CASE("a plan reads 2-bit codes only where every form of it does") {
 
 TEST_CASE("the oneDNN path takes over at the measured crossover on each kind of CPU, and never over the AMX form") {
   const OnednnCpu amx{true, false}, avx512{false, false}, avx2{false, true};
+  const KernelForm kAvx2{"fused-avx2", nullptr, true, false, 3, false, false, 1, 1, 8, 1, none};
+  const KernelForm kAvx2Gemm{"gemm-avx2", nullptr, true, false, 6, false, true, 1, 32, 8, 0, none};
+  const auto of = [](std::vector<std::pair<int64_t, const KernelForm*>> forms) {
+    KernelPlan p;
+    p.forms = std::move(forms);
+    return p;
+  };
+  const KernelPlan fused = of({{1, &kFused}}), with_amx = of({{1, &kFused}, {6, &kAmx}});
   // AMX: the bf16 brgemm from kBf16OnednnMinM, unless the plan has the AMX form; f32 never.
-  CHECK(onednn_from_m(true, false, amx) == kBf16OnednnMinM);
-  CHECK(onednn_from_m(true, true, amx) == INT64_MAX);
-  CHECK(onednn_from_m(false, false, amx) == INT64_MAX);
+  CHECK(onednn_from_m(true, fused, amx) == kBf16OnednnMinM);
+  CHECK(onednn_from_m(true, with_amx, amx) == INT64_MAX);
+  CHECK(onednn_from_m(false, fused, amx) == INT64_MAX);
   // AVX-512 without AMX (a Zen 5; Intel without AMX): the fused forms at every M.
-  CHECK(onednn_from_m(true, false, avx512) == INT64_MAX);
-  CHECK(onednn_from_m(false, false, avx512) == INT64_MAX);
-  // AVX2 only: the f32 brgemm from kAvx2OnednnMinM (bf16 activations multiply in f32 there).
-  CHECK(onednn_from_m(false, false, avx2) == kAvx2OnednnMinM);
+  CHECK(onednn_from_m(true, fused, avx512) == INT64_MAX);
+  CHECK(onednn_from_m(false, fused, avx512) == INT64_MAX);
+  // AVX2 only (bf16 activations multiply in f32 there): the f32 brgemm from kAvx2OnednnMinM after
+  // fused-avx2, from kAvx2GemmOnednnMinM where the plan runs gemm-avx2 at kAvx2OnednnMinM.
+  CHECK(onednn_from_m(false, of({{1, &kAvx2}}), avx2) == kAvx2OnednnMinM);
+  CHECK(onednn_from_m(false, of({{1, &kAvx2}, {3, &kAvx2Gemm}}), avx2) == kAvx2GemmOnednnMinM);
+  CHECK(onednn_from_m(false, of({{1, &kAvx2}, {1000, &kAvx2Gemm}}), avx2) == kAvx2OnednnMinM);
   CHECK(kAvx2OnednnMinM > 1);
+  CHECK(kAvx2GemmOnednnMinM > kAvx2OnednnMinM);
   CHECK(kBf16OnednnMinM > 1);
 }

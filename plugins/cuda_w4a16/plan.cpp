@@ -67,6 +67,7 @@ const ChoiceRule kChoiceRules[] = {
     // 640, where it pads to 512 and 768 rows against wg128's 384 and 640, it took 1.05-1.26x wg128's
     // time on the H100 (2026-12-07; docs/cuda.md "Whole waves in raster order, and a BN 128 x BM 256 tile").
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg256},
+    {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},  // where wg256 declines
     // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
     // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): the wgmma kernel where it
     // beat dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on
@@ -74,6 +75,7 @@ const ChoiceRule kChoiceRules[] = {
     // at M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
     {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     {90, 90, 385, 512, 80 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
+    {90, 90, 385, 512, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},  // where wg256 declines
     {90, 90, 513, 640, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     // Every architecture, Hopper's other shapes and M included:

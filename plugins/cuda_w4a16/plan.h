@@ -100,7 +100,9 @@ struct PlanOptions {
   /// a raster of bands of 8 m tiles, then a stream-K tail of one to two waves (wgmma_layout.h,
   /// WgItems), so that a wave's blocks share their x and weight panels in L2; "auto", the
   /// default: waves for the tiles of BM >= 128 (wg128, wg256: 0.89-1.04x the stream-K time at
-  /// M = 256-4096 on the H200, docs/cuda.md), stream-K for the smaller ones (not measured with waves)
+  /// M = 256-4096 on the H200, docs/cuda.md), stream-K for the smaller ones (not measured with
+  /// waves). wg128 at M = 65-255 walks waves too, untimed, but there a launch has fewer than two
+  /// waves of tiles on the large layers and at most 8 m tiles, so its walk is nearly stream-K's
   enum class Sched : uint8_t { stream_k, waves, automatic };
   Sched wgmma_sched = Sched::automatic;
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights

@@ -288,6 +288,9 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(8192, 8192), dev.facts(90, true), o, 385).kernel == kCublas);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 640).kernel == kWg128);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 512).kernel == kWg256);
+  CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 513).kernel == kWg128);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 400).kernel == kWg256);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(90, true), o, 256).kernel == kWg256);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 385).kernel == kWg256);
   CHECK(make_plan(shape(8192, 10240), dev.facts(90, true), o, 641).kernel == kCublas);
   CHECK(make_plan(shape(8192, 57344), dev.facts(90, true), o, 640).kernel == kWg128);
@@ -306,7 +309,7 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(2 * 8192, 8192), dev.facts(90, true), o, 256).kernel == kWg256);  // 4 bits, same size
   CHECK(make_plan(eight(8192, 8192), dev.facts(90, false), o, 256).kernel == kWg256);  // no cuBLAS
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 1024).kernel == kCublas);
-  CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel != kWg256);
+  CHECK(make_plan(shape(28672, 8192), dev.facts(89, true), o, 1024).kernel == kCublas);
   // Without cuBLAS past M = 256 the table's last rows (tiled l) serve 8-bit layers, never wgmma.
   CHECK(make_plan(eight(8192, 10240), dev.facts(90, false, true), o, 300).kernel == kL);
   // Where the rules pick dequantize + cuBLAS, a plugin without cuBLAS (or below cublas_min_m)
@@ -501,7 +504,7 @@ TEST_CASE("the wgmma kernel's stream-K split: parts, slots and the split fix-up'
   for (const auto& [k, n] : kShapes)
     for (int64_t m : kMs) {
       const ShapeFacts s = shape(k, n);
-      for (int forced : {int(kWg16), int(kWg64), int(kWg128)}) {
+      for (int forced : {int(kWg16), int(kWg64), int(kWg128), int(kWg256)}) {
         PlanOptions o;
         o.forced = forced;
         o.wgmma_fixup = PlanOptions::Fixup::split;
@@ -574,13 +577,16 @@ TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the rast
   for (const auto& [k, n] : kShapes)
     for (int64_t m : {int64_t(256), int64_t(1000), int64_t(4096)}) {
       if (m == 4096 && k * n > 4096 * 4096) continue;  // (the test's time)
-      PlanOptions o;
-      o.forced = kWg128;
-      o.wgmma_sched = PlanOptions::Sched::waves;
-      const Plan p = make_plan(shape(k, n), dev.facts(90, false), o, m);
-      REQUIRE(p.declined.empty());
-      CHECK(p.waves);
-      check_walks(p.m_tiles, p.n_tiles, int(shape(k, n).kt), p.grid, true);
+      for (int forced : {int(kWg128), int(kWg256), -1}) {
+        PlanOptions o;
+        o.forced = forced;  // -1: the default plan (wg256 at M = 256 and 385-512, wg128 or cuBLAS elsewhere)
+        if (forced >= 0) o.wgmma_sched = PlanOptions::Sched::waves;
+        const Plan p = make_plan(shape(k, n), dev.facts(90, false), o, m);
+        REQUIRE(p.declined.empty());
+        if (forced >= 0) CHECK(p.waves);
+        if (kernel_desc(KernelId(p.kernel)).family == Family::wgmma)
+          check_walks(p.m_tiles, p.n_tiles, int(shape(k, n).kt), p.grid, p.waves);
+      }
     }
   // Raster: a bijection; the plain order when the group covers every m tile; a run of 132 tiles
   // touches the m tiles of the bands it spans only (of kWgRasterGroup m tiles each).
@@ -617,30 +623,34 @@ TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the rast
   // BM >= 128 only, with "waves" every wgmma launch, with "stream_k" none; the GEMV never.
   PlanOptions o;
   std::string why;
-  const auto waves = [&](int64_t m, int32_t forced = -1) {
+  // `waves(m, kernel, forced)`: the plan at m runs `kernel` (declines nothing) and walks waves.
+  const auto waves = [&](int64_t m, KernelId kernel, int32_t forced = -1) {
     PlanOptions f = o;
     f.forced = forced;
-    return make_plan(shape(8192, 57344), dev.facts(90, false), f, m).waves;
+    const Plan p = make_plan(shape(8192, 57344), dev.facts(90, false), f, m);
+    REQUIRE(p.declined.empty());
+    REQUIRE(p.kernel == kernel);
+    return p.waves;
   };
   CHECK(o.wgmma_sched == PlanOptions::Sched::automatic);
-  CHECK(waves(256));            // wg256
-  CHECK(waves(128));            // wg128
-  CHECK(!waves(64));            // wg64
-  CHECK(!waves(1));             // GEMV
-  CHECK(waves(1000, kWg128));
-  CHECK(!waves(1000, kWg64));
+  CHECK(waves(256, kWg256));
+  CHECK(waves(128, kWg128));
+  CHECK(!waves(64, kWg64));
+  CHECK(!waves(1, kV1));
+  CHECK(waves(1000, kWg128, kWg128));
+  CHECK(!waves(1000, kWg64, kWg64));
   CHECK(set_plan_option(o, "wgmma_sched", "waves", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_sched == PlanOptions::Sched::waves);
-  CHECK(waves(64));
-  CHECK(waves(1000, kWg16));
-  CHECK(!waves(1));
+  CHECK(waves(64, kWg64));
+  CHECK(waves(1000, kWg16, kWg16));
+  CHECK(!waves(1, kV1));
   CHECK(set_plan_option(o, "wgmma_sched", "tiles", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
   CHECK(why.find("wgmma_sched: expected stream_k, waves or auto, found 'tiles'") != std::string::npos);
   CHECK(o.wgmma_sched == PlanOptions::Sched::waves);  // unchanged
   CHECK(set_plan_option(o, "wgmma_sched", "stream_k", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_sched == PlanOptions::Sched::stream_k);
-  CHECK(!waves(256));
-  CHECK(!waves(1000, kWg128));
+  CHECK(!waves(256, kWg256));
+  CHECK(!waves(1000, kWg128, kWg128));
   CHECK(set_plan_option(o, "wgmma_sched", "auto", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_sched == PlanOptions::Sched::automatic);
 }
