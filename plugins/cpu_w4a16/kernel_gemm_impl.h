@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstdint>
 #include <utility>
 
@@ -147,6 +148,7 @@ struct BlocksF32 {
 
 template <class T, int kRows, bool kExact, bool kAsym>
 void run_f32_with(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {
+  assert(B.x_words == T::kXWords && B.tiles == 1);
   static constexpr auto blocks = table<BlocksF32<T, kExact, kAsym>::template F, 1>(std::make_integer_sequence<int, kRows>{});
   run(a, t0, t1, B, blocks);
 }
@@ -157,7 +159,8 @@ template <class T, class T2, int kRows>
 void run_f32(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {
   const bool asym = a.w->tile_zeros(0) != nullptr;
   const auto with = [&]<class U>() {
-    if (a.exact) asym ? run_f32_with<U, kRows, true, true>(a, t0, t1, B) : run_f32_with<U, kRows, true, false>(a, t0, t1, B);
+    // The exact form subtracts the zero points per operand (zv): kAsym changes nothing there.
+    if (a.exact) run_f32_with<U, kRows, true, false>(a, t0, t1, B);
     else asym ? run_f32_with<U, kRows, false, true>(a, t0, t1, B) : run_f32_with<U, kRows, false, false>(a, t0, t1, B);
   };
   if (a.w->code_bits == 2) with.template operator()<T2>();
