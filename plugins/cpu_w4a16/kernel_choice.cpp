@@ -465,7 +465,7 @@ int64_t onednn_from_m(bool onednn_bf16, const KernelPlan& plan, const OnednnCpu&
   if (plan.uses_tiles()) return INT64_MAX;
   if (onednn_bf16 && cpu.amx_bf16) return kBf16OnednnMinM;
   if (!onednn_bf16 && cpu.avx2_only)
-    return plan.at(kAvx2OnednnMinM).compute_bound ? kAvx2GemmOnednnMinM : kAvx2OnednnMinM;
+    return plan.at(kAvx2OnednnMinM).compute_bound ? INT64_MAX : kAvx2OnednnMinM;
   return INT64_MAX;
 }
 

@@ -92,12 +92,11 @@ struct OnednnCpu {
 /// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU oneDNN runs its
 /// f32 brgemm: against fused-avx2 (a Zen 3, 2 threads, bf16 activations, the four llama3-8b
 /// layers) it took 0.72-1.15x the time at M = 128, 0.71-0.77x at 256 and 0.54-0.69x at 512, so
-/// from M = 256 (kAvx2OnednnMinM); against gemm-avx2 (the same CPU, 4096x4096, 14336x4096,
-/// 4096x14336, 2 rounds) 1.2-1.6x at M = 128, 0.93-1.0x at 256, 0.88-0.96x at 512 and 0.83-0.99x
-/// at 1024, and with f32 activations gemm-avx2 won at M = 255-256 (4096x28672: 433 ms at M = 255
-/// against the oneDNN path's 487 at 256), so from M = 512 where the plan runs gemm-avx2 at 256
-/// (kAvx2GemmOnednnMinM; docs/benchmarks.md, "gemm-avx2").
-constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256, kAvx2GemmOnednnMinM = 512;
+/// from M = 256 (kAvx2OnednnMinM) where the plan runs fused-avx2 there; against gemm-avx2 with its
+/// decoded operands (the same CPU, 4096x4096, 14336x4096, 4096x14336, 2 rounds in turn) it took
+/// 1.08-1.4x the time at M = 512 and 1024, so never where the plan runs gemm-avx2 at 256
+/// (docs/benchmarks.md, "gemm-avx2").
+constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256;
 /// The M from which the oneDNN path runs by default (INT64_MAX: never) for a layer whose oneDNN
 /// path multiplies in bf16 (`onednn_bf16`, else f32), with this plan of the fused kernels: never
 /// where the plan has the AMX form (it multiplies on the same tiles without dequantizing to memory

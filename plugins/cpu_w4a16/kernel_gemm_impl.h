@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstdlib>
 #include <cstdint>
 #include <utility>
 
@@ -25,6 +26,13 @@
 namespace nibble::cpu::gemm {
 // Internal linkage, as kernel_fused_impl.h: each ISA's file compiles its own copy.
 namespace {
+
+// The decoded variant (block_f32_decoded) from kMinDecodedBlocks blocks of rows: on a Zen 3 (gemm-avx2,
+// 6 rows, 2 threads, bf16 x) it took 0.80-0.83x the direct variant's time at M = 48 and 256
+// (4 rounds in turn), about the same at M = 12 (2 blocks) and 1.1-1.3x at M = 6 (one block: the
+// operands written and read back for nothing). K blocks of 32, 64 or 128 lines measured alike
+// within that machine's noise; 64 lines are 32 KiB of operands.
+constexpr int64_t kDecodedLines = 64, kMinDecodedBlocks = 3;
 
 /// Block function: tiles [t, t + NT) for MB rows, segments [s0, s1); `first`: the call's first
 /// segment (y is written, not accumulated); xp: the block of rows' x, [lines][rb][x words]; xs:
@@ -135,6 +143,104 @@ void block_f32(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t f
   }
 }
 
+// The decoded variant of the f32 block, for many blocks of rows: the operands of a tile's K block
+// (T::trick / T::exact of every line and row: [lines][8][16 columns] f32) are made once by
+// decode_f32 into `ops`, and every block of rows of the pass multiplies them from there (the
+// multiply-adds take them as memory operands), so the integer work is paid once per K block of a
+// tile instead of once per block of rows.
+template <class T, bool kExact>
+void decode_f32(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, float* ops) {
+  using V = typename T::V;
+  const uint32_t* q = w.tile_codes(t);
+  const float* z = w.tile_zeros(t);
+  const int64_t l0 = w.seg_line[size_t(s0)];
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const V zv = z ? T::load(z + w.seg_group[size_t(sg)] * kTileN) : T::set1(w.sym_zero);
+    const auto steps = [&]<int H, int... J>(const typename T::W& code, float* out, std::integer_sequence<int, J...>) {
+      ((T::store(out + J * kTileN, kExact ? T::template exact<T::kBits == 2 ? 8 * H + J : J>(code, zv)
+                                          : T::template trick<T::kBits == 2 ? 8 * H + J : J>(code))),
+       ...);
+    };
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; l += T::kBits == 2 ? 2 : 1) {
+      const typename T::W code = T::load_codes(q + w.line_offset(l));
+      steps.template operator()<0>(code, ops + (l - l0) * 8 * kTileN, std::make_integer_sequence<int, 8>{});
+      if (T::kBits == 2 && l + 1 < l1)
+        steps.template operator()<1>(code, ops + (l + 1 - l0) * 8 * kTileN, std::make_integer_sequence<int, 8>{});
+    }
+  }
+}
+
+template <class T, int MB, bool kExact, bool kAsym>
+void block_f32_decoded(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, int64_t first, const float* ops,
+                       const uint32_t* xp, int64_t rb, const float* xs, float* y, int64_t ldy) {
+  using V = typename T::V;
+  constexpr int kX = T::kXWords;
+  const float* z = w.tile_zeros(t);
+  const int64_t l0 = w.seg_line[size_t(s0)];
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const int64_t g = w.seg_group[size_t(sg)];
+    const float* xa = xs + sg * 2 * rb;  // A, then X
+    V acc[MB];
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) acc[m] = kExact ? T::zero() : T::set1(-xa[m]);
+    const int64_t l1 = w.seg_line[size_t(sg + 1)];
+    for (int64_t l = w.seg_line[size_t(sg)]; l < l1; ++l) {
+      const float* o = ops + (l - l0) * 8 * kTileN;
+      const uint32_t* xl = xp + l * rb * kX;
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const V tv = T::load(o + j * kTileN);
+#pragma GCC unroll 16
+        for (int m = 0; m < MB; ++m) acc[m] = T::madd(tv, xl + m * kX + j, acc[m]);
+      }
+    }
+    const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
+    const V sS = kExact ? sv : T::mul(sv, T::set1(T::kScale));
+#pragma GCC unroll 16
+    for (int m = 0; m < MB; ++m) {
+      float* yp = y + m * ldy + t * kTileN;
+      V out = sg == first ? T::mul(sS, acc[m]) : T::fmadd(sS, acc[m], T::load(yp));
+      if (!kExact && kAsym) out = T::fnmadd(T::mul(sv, T::load(z + g * kTileN)), T::set1(xa[rb + m]), out);
+      T::store(yp, out);
+    }
+  }
+}
+
+// The walk of the decoded variant: as run(), with a tile's K block decoded once and then taken by
+// every block of rows of the pass (tiles outside, blocks of rows inside).
+template <class T, int kRows, bool kExact, bool kAsym, int... I>
+void run_decoded(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, std::integer_sequence<int, I...>) {
+  using Dec = void (*)(const CpuWeights&, int64_t, int64_t, int64_t, int64_t, const float*, const uint32_t*, int64_t,
+                       const float*, float*, int64_t);
+  static constexpr Dec blocks_of[] = {&block_f32_decoded<T, I + 1, kExact, kAsym>...};
+  const CpuWeights& w = *a.w;
+  const int64_t segs = w.segments(), ldy = a.ldy;
+  const int64_t blocks = (a.m + a.rb - 1) / a.rb;
+  // The longest K block: block_lines, or one segment (kSegmentLines) where that is longer.
+  alignas(64) float ops[std::max<int64_t>(kDecodedLines, kSegmentLines) * 8 * kTileN];
+  for (int64_t tb = t0; tb < t1; tb += B.block_tiles) {
+    const int64_t tb1 = std::min(t1, tb + B.block_tiles);
+    for (int64_t b0 = 0; b0 < blocks; b0 += B.row_blocks) {
+      const int64_t b1 = std::min(blocks, b0 + B.row_blocks);
+      for (int64_t s0 = a.seg0; s0 < a.seg1;) {
+        int64_t s1 = s0 + 1;
+        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kDecodedLines) ++s1;
+        for (int64_t t = tb; t < tb1; ++t) {
+          decode_f32<T, kExact>(w, t, s0, s1, ops);
+          for (int64_t b = b0; b < b1; ++b) {
+            const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+            const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * B.x_words;
+            blocks_of[size_t(mb - 1)](w, t, s0, s1, a.seg0, ops, xp, a.rb, a.xs + b * segs * 2 * a.rb,
+                                      a.y + b * a.rb * ldy, ldy);
+          }
+        }
+        s0 = s1;
+      }
+    }
+  }
+}
+
 template <class T, bool kExact, bool kAsym>
 struct BlocksF32 {
   template <int MB, int NT>
@@ -149,6 +255,13 @@ struct BlocksF32 {
 template <class T, int kRows, bool kExact, bool kAsym>
 void run_f32_with(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B) {
   assert(B.x_words == T::kXWords && B.tiles == 1);
+  // NIBBLE_CPU_GEMM_DECODED=0 or 1 forces the direct or the decoded variant (for A/B runs).
+  static const int forced = [] {
+    const char* e = std::getenv("NIBBLE_CPU_GEMM_DECODED");
+    return e && (*e == '0' || *e == '1') ? *e - '0' : -1;
+  }();
+  const bool decoded = forced >= 0 ? forced == 1 : (a.m + a.rb - 1) / a.rb >= kMinDecodedBlocks;
+  if (decoded) return run_decoded<T, kRows, kExact, kAsym>(a, t0, t1, B, std::make_integer_sequence<int, kRows>{});
   static constexpr auto blocks = table<BlocksF32<T, kExact, kAsym>::template F, 1>(std::make_integer_sequence<int, kRows>{});
   run(a, t0, t1, B, blocks);
 }

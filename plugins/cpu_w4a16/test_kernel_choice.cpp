@@ -96,11 +96,10 @@ TEST_CASE("the oneDNN path takes over at the measured crossover on each kind of 
   CHECK(onednn_from_m(true, fused, avx512) == INT64_MAX);
   CHECK(onednn_from_m(false, fused, avx512) == INT64_MAX);
   // AVX2 only (bf16 activations multiply in f32 there): the f32 brgemm from kAvx2OnednnMinM after
-  // fused-avx2, from kAvx2GemmOnednnMinM where the plan runs gemm-avx2 at kAvx2OnednnMinM.
+  // fused-avx2, never where the plan runs gemm-avx2 at kAvx2OnednnMinM.
   CHECK(onednn_from_m(false, of({{1, &kAvx2}}), avx2) == kAvx2OnednnMinM);
-  CHECK(onednn_from_m(false, of({{1, &kAvx2}, {3, &kAvx2Gemm}}), avx2) == kAvx2GemmOnednnMinM);
+  CHECK(onednn_from_m(false, of({{1, &kAvx2}, {3, &kAvx2Gemm}}), avx2) == INT64_MAX);
   CHECK(onednn_from_m(false, of({{1, &kAvx2}, {1000, &kAvx2Gemm}}), avx2) == kAvx2OnednnMinM);
   CHECK(kAvx2OnednnMinM > 1);
-  CHECK(kAvx2GemmOnednnMinM > kAvx2OnednnMinM);
   CHECK(kBf16OnednnMinM > 1);
 }
