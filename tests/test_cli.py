@@ -47,6 +47,8 @@ for knob, value, expected in [("NIBBLE_CPU_ISA", "avx513", "amx, avx512bf16, avx
                               ("NIBBLE_CPU_PATH", "dnnl", "fused or onednn"),
                               ("NIBBLE_CPU_GEMM_MIN_M", "32x", "an integer >= 1"),
                               ("NIBBLE_CPU_PREFETCH", "t1", "nta, t0 or none"),
+                              ("NIBBLE_CPU_SPLIT_K", "yes", "0 (never split K) or 1"),
+                              ("NIBBLE_CPU_GEMM_DECODED", "2", "0 (gemm-avx2 without decoded operands) or 1"),
                               ("NIBBLE_NUM_THREADS", "two", "an integer >= 0")]:
     p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, **{knob: value})
     probe = {x["name"]: x for x in json.loads(p.stdout)["plugins"]}.get("cpu_w4a16", {}).get("probe", {}) if p.returncode == 0 else {}

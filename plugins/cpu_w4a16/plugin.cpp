@@ -121,6 +121,8 @@ std::string env_knob_error() {
   check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
   check("NIBBLE_CPU_PREFETCH", one_of(env("NIBBLE_CPU_PREFETCH"), {"nta", "t0", "none"}), "nta, t0 or none");
   check("NIBBLE_CPU_SPLIT_K", one_of(env("NIBBLE_CPU_SPLIT_K"), {"0", "1"}), "0 (never split K) or 1 (where tiles are few)");
+  check("NIBBLE_CPU_GEMM_DECODED", one_of(env("NIBBLE_CPU_GEMM_DECODED"), {"0", "1"}),
+        "0 (gemm-avx2 without decoded operands) or 1 (with them at every M)");
   check("NIBBLE_NUM_THREADS", at_least(env("NIBBLE_NUM_THREADS"), 0), "an integer >= 0 (0: the OpenMP default)");
   return why;
 }
