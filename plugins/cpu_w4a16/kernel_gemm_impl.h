@@ -58,12 +58,12 @@ constexpr auto table(std::integer_sequence<int, I...>) {
   return std::array<Block, sizeof...(I)>{&F<I / kTiles + 1, I % kTiles + 1>::run...};
 }
 
-/// Tiles [t0, t1) (a multiple of B.tiles but at the end of the layer) for all a.m rows, the K slice
-/// [a.seg0, a.seg1).
-template <size_t N>
-void run(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, const std::array<Block, N>& blocks_of) {
+/// The passes of a walk over tiles [t0, t1) and the K slice [a.seg0, a.seg1): groups of
+/// B.block_tiles tiles, groups of B.row_blocks blocks of rows, K blocks of at most `lines` lines
+/// (whole segments); f(tb, tb1, b0, b1, s0, s1) for each.
+template <class F>
+void passes(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, int64_t lines, F&& f) {
   const CpuWeights& w = *a.w;
-  const int64_t segs = w.segments(), ldy = a.ldy;
   const int64_t blocks = (a.m + a.rb - 1) / a.rb;
   for (int64_t tb = t0; tb < t1; tb += B.block_tiles) {
     const int64_t tb1 = std::min(t1, tb + B.block_tiles);
@@ -71,21 +71,32 @@ void run(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, const st
       const int64_t b1 = std::min(blocks, b0 + B.row_blocks);
       for (int64_t s0 = a.seg0; s0 < a.seg1;) {
         int64_t s1 = s0 + 1;
-        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= B.block_lines) ++s1;
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-          const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * B.x_words;
-          const float* xs = a.xs + b * segs * 2 * a.rb;
-          for (int64_t t = tb; t < tb1; t += B.tiles) {
-            const int64_t nt = std::min<int64_t>(B.tiles, tb1 - t);
-            blocks_of[size_t((mb - 1) * B.tiles + (nt - 1))](w, t, s0, s1, a.seg0, xp, a.rb, xs, a.y + b * a.rb * ldy,
-                                                             ldy, b == b0 ? B.prefetch_lines * kTileN : 0);
-          }
-        }
+        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= lines) ++s1;
+        f(tb, tb1, b0, b1, s0, s1);
         s0 = s1;
       }
     }
   }
+}
+
+/// Tiles [t0, t1) (a multiple of B.tiles but at the end of the layer) for all a.m rows, the K slice
+/// [a.seg0, a.seg1).
+template <size_t N>
+void run(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, const std::array<Block, N>& blocks_of) {
+  const CpuWeights& w = *a.w;
+  const int64_t segs = w.segments(), ldy = a.ldy;
+  passes(a, t0, t1, B, B.block_lines, [&](int64_t tb, int64_t tb1, int64_t b0, int64_t b1, int64_t s0, int64_t s1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+      const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * B.x_words;
+      const float* xs = a.xs + b * segs * 2 * a.rb;
+      for (int64_t t = tb; t < tb1; t += B.tiles) {
+        const int64_t nt = std::min<int64_t>(B.tiles, tb1 - t);
+        blocks_of[size_t((mb - 1) * B.tiles + (nt - 1))](w, t, s0, s1, a.seg0, xp, a.rb, xs, a.y + b * a.rb * ldy,
+                                                         ldy, b == b0 ? B.prefetch_lines * kTileN : 0);
+      }
+    }
+  });
 }
 
 // The f32 GEMM forms' block: MB rows x one tile of accumulators, so that each operand made from a
@@ -216,29 +227,19 @@ void run_decoded(const FusedArgs& a, int64_t t0, int64_t t1, const Blocking& B, 
   static constexpr Dec blocks_of[] = {&block_f32_decoded<T, I + 1, kExact, kAsym>...};
   const CpuWeights& w = *a.w;
   const int64_t segs = w.segments(), ldy = a.ldy;
-  const int64_t blocks = (a.m + a.rb - 1) / a.rb;
-  // The longest K block: block_lines, or one segment (kSegmentLines) where that is longer.
+  // The longest K block: kDecodedLines, or one segment (kSegmentLines) where that is longer.
   alignas(64) float ops[std::max<int64_t>(kDecodedLines, kSegmentLines) * 8 * kTileN];
-  for (int64_t tb = t0; tb < t1; tb += B.block_tiles) {
-    const int64_t tb1 = std::min(t1, tb + B.block_tiles);
-    for (int64_t b0 = 0; b0 < blocks; b0 += B.row_blocks) {
-      const int64_t b1 = std::min(blocks, b0 + B.row_blocks);
-      for (int64_t s0 = a.seg0; s0 < a.seg1;) {
-        int64_t s1 = s0 + 1;
-        while (s1 < a.seg1 && w.seg_line[size_t(s1 + 1)] - w.seg_line[size_t(s0)] <= kDecodedLines) ++s1;
-        for (int64_t t = tb; t < tb1; ++t) {
-          decode_f32<T, kExact>(w, t, s0, s1, ops);
-          for (int64_t b = b0; b < b1; ++b) {
-            const int64_t mb = std::min(a.m - b * a.rb, a.rb);
-            const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * B.x_words;
-            blocks_of[size_t(mb - 1)](w, t, s0, s1, a.seg0, ops, xp, a.rb, a.xs + b * segs * 2 * a.rb,
-                                      a.y + b * a.rb * ldy, ldy);
-          }
-        }
-        s0 = s1;
+  passes(a, t0, t1, B, kDecodedLines, [&](int64_t tb, int64_t tb1, int64_t b0, int64_t b1, int64_t s0, int64_t s1) {
+    for (int64_t t = tb; t < tb1; ++t) {
+      decode_f32<T, kExact>(w, t, s0, s1, ops);
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t mb = std::min(a.m - b * a.rb, a.rb);
+        const auto* xp = reinterpret_cast<const uint32_t*>(a.xp) + b * w.lines * a.rb * B.x_words;
+        blocks_of[size_t(mb - 1)](w, t, s0, s1, a.seg0, ops, xp, a.rb, a.xs + b * segs * 2 * a.rb,
+                                  a.y + b * a.rb * ldy, ldy);
       }
     }
-  }
+  });
 }
 
 template <class T, bool kExact, bool kAsym>
