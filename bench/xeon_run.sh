@@ -12,6 +12,8 @@
 #      keeps the other) at every M of M_LIST and every thread count of THREADS (default 16,2)
 #   5. if time is left, smaller comparisons: oneDNN's path against the AMX form at large M, the
 #      f32 avx512 kernels and the avx512bf16 family without AMX, K splitting on small layers
+# XEON_PRESETS (default "llama3-8b llama3-70b") and XEON_BENCH_S (a cap on each preset's seconds)
+# trim step 4 so that step 5 gets time.
 # Everything goes into at most 8 files under $OUT (or /tmp/xeon-out): summary.txt (read it first),
 # env.txt, tests.log, bench.txt, bench-llama3-8b.json, bench-llama3-70b.json, extras.tar.gz. Each
 # step runs under a time limit so that the whole stays inside XEON_BUDGET_S seconds (default 560).
@@ -99,10 +101,20 @@ run_test conformance_fused_avx512bf16 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNE
   NIBBLE_CPU_ISA=avx512bf16 NIBBLE_CPU_GEMM_MIN_M=1000000 -- "$T/test_conformance"
 run_test conformance_gemm_avx512bf16 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=gemm_avx512bf16 NIBBLE_CPU_PATH=fused \
   NIBBLE_CPU_ISA=avx512bf16 NIBBLE_CPU_GEMM_MIN_M=1 -- "$T/test_conformance"
+run_test conformance_gemm_avx2 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=gemm_avx2 NIBBLE_CPU_PATH=fused \
+  NIBBLE_CPU_ISA=avx2 NIBBLE_CPU_GEMM_MIN_M=1 -- "$T/test_conformance"
+run_test conformance_gemm_avx2_direct 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=gemm_avx2 NIBBLE_CPU_PATH=fused \
+  NIBBLE_CPU_ISA=avx2 NIBBLE_CPU_GEMM_MIN_M=1 NIBBLE_CPU_GEMM_DECODED=0 -- "$T/test_conformance"
+run_test conformance_dot_avx512vnni 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=dot_avx512vnni NIBBLE_CPU_PATH=fused \
+  NIBBLE_CPU_ISA=avx512vnni -- "$T/test_conformance"
+run_test conformance_dot_avx512vnni_2threads 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=dot_avx512vnni NIBBLE_CPU_PATH=fused \
+  NIBBLE_CPU_ISA=avx512vnni NIBBLE_NUM_THREADS=2 -- "$T/test_conformance"
+run_test conformance_dot_avx2 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=dot_avx2 NIBBLE_CPU_PATH=fused \
+  NIBBLE_CPU_ISA=avx2-dot NIBBLE_CPU_GEMM_MIN_M=1000000 -- "$T/test_conformance"
 run_test conformance_fused_avx512 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=fused_avx512 NIBBLE_CPU_PATH=fused \
   NIBBLE_CPU_ISA=avx512 -- "$T/test_conformance"
 run_test conformance_fused_avx2 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=fused_avx2 NIBBLE_CPU_PATH=fused \
-  NIBBLE_CPU_ISA=avx2 -- "$T/test_conformance"
+  NIBBLE_CPU_ISA=avx2 NIBBLE_CPU_GEMM_MIN_M=1000000 -- "$T/test_conformance"
 run_test conformance_fused_portable 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=fused_portable NIBBLE_CPU_PATH=fused \
   NIBBLE_CPU_ISA=portable -- "$T/test_conformance"
 run_test conformance_onednn 180 "${conf[@]}" NIBBLE_TEST_REQUIRE_KERNEL=onednn NIBBLE_CPU_PATH=onednn -- "$T/test_conformance"
@@ -134,9 +146,10 @@ note "tests: $pass passed, $fail failed, $skip skipped ($((SECONDS - start)) s s
 
 # 4. The bench: one run per preset, each shape at every thread count. Weights rotate over 640 MiB,
 # beyond the host's 300 MB L3; each point is timed for 0.25 s (at least 3 calls).
-for preset in llama3-8b llama3-70b; do
+for preset in ${XEON_PRESETS:-llama3-8b llama3-70b}; do
   limit=$(($(left) - 60))
   [[ $preset == llama3-8b ]] && limit=$((limit / 3))
+  [[ -n ${XEON_BENCH_S:-} ]] && ((limit > XEON_BENCH_S)) && limit=$XEON_BENCH_S
   ((limit > 30)) || { note "NOT RUN (out of time): bench $preset"; continue; }
   t0=$SECONDS
   echo "===== bench $preset (limit $limit s)" >>"$benchtxt"
@@ -162,6 +175,13 @@ extra() {  # extra NAME ENV... -- BENCH ARGS...
     --json "$extras/$name.json" >>"$benchtxt" 2>&1
   note "extra $name: exit $? in $((SECONDS - t0)) s"
 }
+# The integer dot-product form against fused-avx512 at small M (both forced), streamed.
+extra dot_avx512vnni NIBBLE_CPU_ISA=avx512vnni -- --shapes llama3-8b,8192x8192 --m 1,2,4 --threads "$THREADS"
+extra fused_avx512_small_m NIBBLE_CPU_ISA=avx512 -- --shapes llama3-8b,8192x8192 --m 1,2,4 --threads "$THREADS"
+extra dot_avx512vnni_bits2 NIBBLE_CPU_ISA=avx512vnni -- --shapes 4096x4096,14336x4096,8192x8192 --m 1 --bits 2 --threads "$THREADS"
+extra fused_avx512_bits2 NIBBLE_CPU_ISA=avx512 -- --shapes 4096x4096,14336x4096,8192x8192 --m 1 --bits 2 --threads "$THREADS"
+extra dot_avx512vnni_bits8 NIBBLE_CPU_ISA=avx512vnni -- --shapes 14336x4096,8192x8192 --m 1 --bits 8 --threads "$THREADS"
+extra fused_avx512_bits8 NIBBLE_CPU_ISA=avx512 -- --shapes 14336x4096,8192x8192 --m 1 --bits 8 --threads "$THREADS"
 extra onednn NIBBLE_CPU_PATH=onednn -- --shapes 4096x28672,8192x8192 --m 256,1024 --threads "$first_threads"
 extra avx512bf16_no_amx NIBBLE_CPU_ISA=avx512bf16 -- --shapes 14336x4096 --m 8,32,64,256 --threads "$THREADS"
 extra avx512_f32_kernels NIBBLE_CPU_ISA=avx512 -- --shapes 14336x4096 --m 1,8,64 --threads "$THREADS"

@@ -43,7 +43,7 @@ check(p.returncode == 0 and "cpu_w4a16" in p.stdout and "not_a_plugin.so" in p.s
 
 # A CPU knob that is set but not understood makes cpu_w4a16 unavailable, with the knob, the value
 # and what it takes, rather than running another kernel than the one asked for.
-for knob, value, expected in [("NIBBLE_CPU_ISA", "avx513", "amx, avx512bf16, avx512-amx, avx512, avx2 or portable"),
+for knob, value, expected in [("NIBBLE_CPU_ISA", "avx513", "amx, avx512bf16, avx512-amx, avx512, avx512vnni, avx512vnni-amx, avx2, avx2-dot or portable"),
                               ("NIBBLE_CPU_PATH", "dnnl", "fused or onednn"),
                               ("NIBBLE_CPU_GEMM_MIN_M", "32x", "an integer >= 1"),
                               ("NIBBLE_CPU_PREFETCH", "t1", "nta, t0 or none"),

@@ -84,6 +84,51 @@ struct Avx2Bits2 : Avx2 {
   static V exact(const W& w, const V& z) { return {exact1<R>(w.lo, z.lo), exact1<R>(w.hi, z.hi)}; }
 };
 
+// The integer dot-product form (dot-avx2; XForm::kInt8, kernel_avx512vnni.cpp says how): without
+// vpdpbusd, vpmaddubsw multiplies the unsigned codes by x's signed bytes and adds pairs into 16-bit
+// lanes (at most 2 x 15 x 127: no saturation), and vpmaddwd by ones adds those pairs into 32 bits.
+// One row per block: 6 chains x 2 ymm of accumulators.
+struct DotAvx2 : Avx2 {
+  struct Acc { __m256i lo, hi; };
+  using T8 = W;  // a step's codes, as bytes
+  static constexpr bool kInteger = true;
+  static constexpr int kSteps = 2;
+  static constexpr int kParts = 3;
+  static constexpr int kXWords = x_words(XForm::kInt8);
+  static constexpr float kScale = 1.0f;
+  static constexpr bool kHasExact = false;
+  static constexpr int kMaxRows = 1;
+  static constexpr int chains(int) { return 6; }
+  static Acc acc_zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+  static Acc acc_add(Acc a, Acc b) { return {_mm256_add_epi32(a.lo, b.lo), _mm256_add_epi32(a.hi, b.hi)}; }
+  static V to_float(Acc a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
+  static __m256i nibbles(__m256i w, int shift) {
+    return _mm256_and_si256(shift ? _mm256_srli_epi32(w, shift) : w, _mm256_set1_epi32(0x0f0f0f0f));
+  }
+  template <int J>
+  static T8 trick(const W& w) { return {nibbles(w.lo, 4 * J), nibbles(w.hi, 4 * J)}; }
+  static __m256i dot1(__m256i t, __m256i x, __m256i acc) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(t, x), _mm256_set1_epi16(1)));
+  }
+  static Acc madd(const T8& t, const uint32_t* x, Acc acc) {
+    const __m256i xb = _mm256_set1_epi32(int(*x));
+    return {dot1(t.lo, xb, acc.lo), dot1(t.hi, xb, acc.hi)};
+  }
+};
+
+// Native 2-bit codes: step (H, J) of a pair of lines takes rows 4b + 2H + J of the word's byte b.
+struct DotAvx2Bits2 : DotAvx2 {
+  static constexpr int kBits = 2;
+  static __m256i crumbs(__m256i w, int shift) {
+    return _mm256_and_si256(shift ? _mm256_srli_epi32(w, shift) : w, _mm256_set1_epi32(0x03030303));
+  }
+  template <int R>
+  static T8 trick(const W& w) {
+    constexpr int s = 2 * (R / 8) + R % 8;
+    return {crumbs(w.lo, 2 * s), crumbs(w.hi, 2 * s)};
+  }
+};
+
 // The GEMM form (kernel_gemm_impl.h, f32 x): 6 rows x one tile of accumulators (12 ymm; the
 // operand and the broadcast x take 2 more). GCC keeps the code words and one accumulator on the
 // stack at 6 rows (about 20 stack accesses per line beside 96 multiply-adds): measured as it is.
@@ -94,6 +139,8 @@ constexpr gemm::Blocking kBlocking{1, 8, 32, 128, 8, 64};
 }  // namespace
 
 void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2, Avx2Bits2>(a, t0, t1); }
+
+void dot_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<DotAvx2, DotAvx2Bits2>(a, t0, t1); }
 
 void gemm_avx2(const FusedArgs& a, int64_t t0, int64_t t1) {
   gemm::run_f32<Avx2, Avx2Bits2, kGemmRowsAvx2>(a, t0, t1, kBlocking);

@@ -49,6 +49,9 @@ const char* avx512bf16_unavailable() {
   return has_avx512() && __builtin_cpu_supports("avx512bf16") ? nullptr : "this CPU lacks AVX-512 BF16";
 }
 const char* avx512_unavailable() { return has_avx512() ? nullptr : "this CPU lacks AVX-512 F/BW/VL/DQ"; }
+const char* avx512vnni_unavailable() {
+  return has_avx512() && __builtin_cpu_supports("avx512vnni") ? nullptr : "this CPU lacks AVX-512 VNNI";
+}
 const char* avx2_unavailable() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")
              ? nullptr
@@ -75,14 +78,18 @@ bool cpu_has_amx_bf16() {
 // the crossover at 16 and at 8), and 1.07-1.42x at M = 6 on all 8 llama layers at 2, 4 and 16
 // threads, while at M = 4 the two tied (0.92-1.21x; docs/benchmarks.md, "Kernel choice on each
 // CPU" and "gemm-amx from M = 6").
+// prior_from of the dot forms, 0 (calibrated only): new, not yet measured streaming from memory.
+constexpr XKind kF32 = XKind::kF32, kBf16 = XKind::kBf16, kInt8 = XKind::kInt8;
 const KernelForm kKernelForms[] = {
-    {"fused-avx512bf16", fused_avx512bf16, true, true, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
-    {"gemm-amx", gemm_amx, true, true, 16, true, true, 2, 8, 2, 6, amx_unavailable},
-    {"gemm-avx512bf16", gemm_avx512bf16, true, true, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
-    {"fused-avx512", fused_avx512, true, false, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    {"fused-avx2", fused_avx2, true, false, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
-    {"gemm-avx2", gemm_avx2, true, false, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
-    {"fused-portable", fused_portable, true, false, 1, false, false, 1, 1, 8, 1, always_available},
+    {"fused-avx512bf16", fused_avx512bf16, true, kBf16, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
+    {"gemm-amx", gemm_amx, true, kBf16, 16, true, true, 2, 8, 2, 6, amx_unavailable},
+    {"gemm-avx512bf16", gemm_avx512bf16, true, kBf16, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
+    {"fused-avx512", fused_avx512, true, kF32, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
+    {"dot-avx512vnni", dot_avx512vnni, true, kInt8, kDotRows, false, false, 1, 1, 8, 0, avx512vnni_unavailable},
+    {"fused-avx2", fused_avx2, true, kF32, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
+    {"gemm-avx2", gemm_avx2, true, kF32, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
+    {"dot-avx2", dot_avx2, true, kInt8, 1, false, false, 1, 1, 8, 0, avx2_unavailable},
+    {"fused-portable", fused_portable, true, kF32, 1, false, false, 1, 1, 8, 1, always_available},
 };
 
 // NIBBLE_CPU_ISA's families: a one-tile form and its GEMM form, if any.
@@ -93,7 +100,8 @@ struct Family {
 const Family kFamilies[] = {
     {"amx", {"fused-avx512bf16", "gemm-amx"}}, {"avx512bf16", {"fused-avx512bf16", "gemm-avx512bf16"}},
     {"avx512", {"fused-avx512", nullptr}},     {"avx512-amx", {"fused-avx512", "gemm-amx"}},
-    {"avx2", {"fused-avx2", "gemm-avx2"}},
+    {"avx2", {"fused-avx2", "gemm-avx2"}},     {"avx512vnni", {"dot-avx512vnni", nullptr}},
+    {"avx512vnni-amx", {"dot-avx512vnni", "gemm-amx"}}, {"avx2-dot", {"dot-avx2", "gemm-avx2"}},
     {"portable", {"fused-portable", nullptr}},
 };
 
@@ -213,7 +221,7 @@ KernelPlan make_plan(int32_t act_dtype) {
   const bool f32 = act_dtype == NIBBLE_DTYPE_F32;
   std::vector<const KernelForm*> usable;
   for (const KernelForm& f : kKernelForms)
-    if ((!f.bf16 || !f32) && !f.unavailable()) usable.push_back(&f);
+    if ((f.x == XKind::kF32 || !f32) && !f.unavailable()) usable.push_back(&f);
   std::string note;
   std::vector<const KernelForm*> candidates = usable;
   bool family_forced = false;
@@ -226,8 +234,8 @@ KernelPlan make_plan(int32_t act_dtype) {
       for (const char* name : fam.forms) {
         const KernelForm* f = name ? kernel_form(name) : nullptr;
         if (!f) continue;
-        if (f->bf16 && f32)
-          why = "f32 activations need exact f32 products (not bf16)";
+        if (f->x != XKind::kF32 && f32)
+          why = strf("f32 activations need exact f32 products (not %s)", f->x == XKind::kBf16 ? "bf16" : "8-bit parts");
         else if (const char* r = f->unavailable())
           why = r;
         if (!why.empty()) break;
@@ -258,6 +266,7 @@ KernelPlan make_plan(int32_t act_dtype) {
   };
   drop(fused_avx2, fused_avx512);
   drop(gemm_avx2, fused_avx512);
+  drop(dot_avx2, fused_avx512);
   drop(gemm_avx512bf16, gemm_amx);
   drop(fused_portable, nullptr);
   // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by
@@ -339,7 +348,10 @@ KernelPlan make_plan(int32_t act_dtype) {
 
 XLayout KernelForm::layout(int32_t act_dtype, int64_t m, int64_t tile_steps) const {
   XLayout l;
-  l.form = !bf16 ? XForm::kF32 : act_dtype == NIBBLE_DTYPE_F16 ? XForm::kBf16x2 : XForm::kBf16;
+  l.form = x == XKind::kF32    ? XForm::kF32
+           : x == XKind::kInt8 ? XForm::kInt8
+           : act_dtype == NIBBLE_DTYPE_F16 ? XForm::kBf16x2
+                                          : XForm::kBf16;
   l.rb = compute_bound && !tiles ? rows : std::min(rows, m);
   l.tile_steps = tiles ? tile_steps : 0;
   return l;

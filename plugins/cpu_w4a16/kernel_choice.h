@@ -13,12 +13,16 @@
 
 namespace nibble::cpu {
 
+/// How a form takes x: f32 (any activations), bf16 pairs (kBf16 / kBf16x2) or 8-bit parts (kInt8),
+/// the last two for 16-bit activations only (f32 activations need exact f32 products).
+enum class XKind { kF32, kBf16, kInt8 };
+
 /// One kernel form of the menu.
 struct KernelForm {
   const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
   FusedKernel fn;
   bool two_bit;        ///< reads native 2-bit codes too (cpu_weights.h), not only 4-bit ones
-  bool bf16;           ///< x as bf16 pairs (bf16 and fp16 activations), else f32
+  XKind x;             ///< how it takes x
   int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
   bool tiles;          ///< x in the AMX tile layout (XLayout)
   bool compute_bound;  ///< a GEMM form: rb = rows even for fewer rows; ranges handed out guided

@@ -47,6 +47,23 @@ struct F32Form {
   static constexpr int out_chains(int) { return 1; }
 };
 
+// The accumulators of a traits type: T::Acc where it has one (the integer forms: int32 lanes),
+// else T::V.
+template <class T, class = void>
+struct AccOf {
+  using type = typename T::V;
+  static type zero() { return T::zero(); }
+};
+template <class T>
+struct AccOf<T, std::void_t<typename T::Acc>> {
+  using type = typename T::Acc;
+  static type zero() { return T::acc_zero(); }
+};
+template <class T, class = void>
+struct IsInteger : std::false_type {};
+template <class T>
+struct IsInteger<T, std::void_t<decltype(T::kInteger)>> : std::bool_constant<T::kInteger> {};
+
 // A 32-bit word of xp as the f32 it holds (the compilers fold this into a broadcast load).
 inline float as_float(const uint32_t* p) {
   float f;
@@ -68,9 +85,12 @@ inline float as_float(const uint32_t* p) {
 // 8H + J of the word for step J of line H of the pair.
 template <class T, int MB, bool kExact, int H, int J>
 inline __attribute__((always_inline)) void step(const typename T::W& code, const typename T::V& zv, const uint32_t* xl,
-                                                typename T::V* acc) {
+                                                typename AccOf<T>::type* acc) {
   constexpr int R = T::kBits == 2 ? 8 * H + J : J;  // the code's row within the word
-  const typename T::V t = kExact ? T::template exact<R>(code, zv) : T::template trick<R>(code);
+  const auto t = [&] {
+    if constexpr (kExact) return T::template exact<R>(code, zv);
+    else return T::template trick<R>(code);
+  }();
   constexpr int C = T::chains(MB);
 #pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
@@ -84,7 +104,7 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
 
 template <class T, int MB, bool kExact, int H, int... J>
 inline __attribute__((always_inline)) void line(const uint32_t* q, const typename T::V& zv, const uint32_t* xl,
-                                                typename T::V* acc, std::integer_sequence<int, J...>) {
+                                                typename AccOf<T>::type* acc, std::integer_sequence<int, J...>) {
   const typename T::W code = T::load_codes(q);
   (step<T, MB, kExact, H, J>(code, zv, xl, acc), ...);
 }
@@ -92,7 +112,7 @@ inline __attribute__((always_inline)) void line(const uint32_t* q, const typenam
 // A pair of lines of 2-bit codes: one load, then both lines' steps.
 template <class T, int MB, bool kExact, int... J>
 inline __attribute__((always_inline)) void line_pair(const uint32_t* q, const typename T::V& zv, const uint32_t* xl0,
-                                                     const uint32_t* xl1, typename T::V* acc,
+                                                     const uint32_t* xl1, typename AccOf<T>::type* acc,
                                                      std::integer_sequence<int, J...>) {
   const typename T::W code = T::load_codes(q);
   (step<T, MB, kExact, 0, J>(code, zv, xl0, acc), ...);
@@ -119,6 +139,63 @@ inline __attribute__((always_inline)) void prefetch_line(uintptr_t p) {
 // past it (16 KiB for L1 measured slower on a Zen 5: runs of 32 KiB per tile; docs/benchmarks.md).
 constexpr int64_t kXBlockBytes = 256 << 10;
 
+// The end of a segment of the float forms: y's output chains += S s (acc - A) - s z X
+// (kernels.h's trick; kExact: += s acc). xa: the segment's A of the block's rows, then its X.
+template <class T, int MB, int C, int CO, bool kExact>
+inline __attribute__((always_inline)) void float_segment_end(bool asym, const typename T::V& zv, const typename T::V& sv,
+                                                             const float* xa, int64_t rb, typename T::V* acc,
+                                                             typename T::V* out) {
+  using V = typename T::V;
+  if constexpr (CO > 1 && !kExact) {
+    const V sS = T::mul(sv, T::set1(T::kScale));
+    const V sz = T::mul(sv, zv);
+    for (int m = 0; m < MB; ++m) {
+      for (int c = 0; c < C; ++c) out[m * CO + c % CO] = T::fmadd(sS, acc[m * C + c], out[m * CO + c % CO]);
+      out[m * CO] = T::fnmadd(sS, T::set1(xa[m]), out[m * CO]);
+      if (asym) out[m * CO + 1] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO + 1]);  // else folded into A
+    }
+    return;
+  }
+  // The chains of each row summed as a tree (depth log2 C, not C - 1 dependent adds).
+  for (int m = 0; m < MB; ++m)
+    for (int half = C / 2; half >= 1; half /= 2)
+      for (int c = 0; c < half; ++c) acc[m * C + c] = T::add(acc[m * C + c], acc[m * C + c + half]);
+  if constexpr (kExact) {
+    for (int m = 0; m < MB; ++m) out[m * CO] = T::fmadd(sv, acc[m * C], out[m * CO]);
+  } else {
+    const V sS = T::mul(sv, T::set1(T::kScale));
+    const V sz = T::mul(sv, zv);
+    for (int m = 0; m < MB; ++m) {
+      // S s (acc - A) first: acc and A are close, and their difference is the signal.
+      out[m * CO] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m * CO]);
+      if (asym) out[m * CO] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO]);  // else folded into A
+    }
+  }
+}
+
+// The end of a segment of the integer forms (XForm::kInt8): chain c holds part (c mod 6) / 2 of
+// its row (the slots of step() with 2 steps x 3 parts), exact int32 sums of q times the part. Per
+// row, in the unit 2^e of the segment's parts (xa: A = 2^e, then X = the segment's x in that unit):
+//   y += s 2^e (P0 + P1 2^-7 + P2 2^-14 - z X).
+template <class T, int MB, int C>
+inline __attribute__((always_inline)) void int_segment_end(const typename T::V& zv, const typename T::V& sv, const float* xa,
+                                                           int64_t rb, typename T::Acc* acc, typename T::V* out) {
+  static_assert(C % 6 == 0 && T::kParts == 3 && T::kSteps == 2 && T::out_chains(MB) == 1);
+  using V = typename T::V;
+  constexpr float kStep = 1.0f / (1 << kInt8PartShift);
+  for (int m = 0; m < MB; ++m) {
+    typename T::Acc part[3];
+    for (int p = 0; p < 3; ++p) {
+      part[p] = T::acc_add(acc[m * C + 2 * p], acc[m * C + 2 * p + 1]);
+      for (int c = 6 + 2 * p; c < C; c += 6) part[p] = T::acc_add(part[p], T::acc_add(acc[m * C + c], acc[m * C + c + 1]));
+    }
+    V f = T::fmadd(T::to_float(part[2]), T::set1(kStep), T::to_float(part[1]));
+    f = T::fmadd(f, T::set1(kStep), T::to_float(part[0]));
+    f = T::fnmadd(zv, T::set1(xa[rb + m]), f);
+    out[m] = T::fmadd(T::mul(sv, T::set1(xa[m])), f, out[m]);
+  }
+}
+
 // One tile's share of the K block of segments [s0, s1) for MB rows: y += the block's terms.
 // xp: this row block's [lines][rb][8]; xs: its [segments][2][rb]; y: its first row; next: the
 // first line the caller reads after this block (where the prefetch goes once it passes the end).
@@ -138,7 +215,8 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
   // segment, which costs ~log2(128 / 8) bits more of fp32 for the bf16 trick (t = 128 + q) and is
   // why the f32 trick (a_j / (q / 16) = 256) does not do this.
   constexpr int CO = T::out_chains(MB);
-  V out[MB * CO], acc[MB * C];
+  V out[MB * CO];
+  typename AccOf<T>::type acc[MB * C];
   for (int m = 0; m < MB; ++m) {
     out[m * CO] = first ? T::zero() : T::load(y + m * ldy + t * kTileN);
     for (int c = 1; c < CO; ++c) out[m * CO + c] = T::zero();
@@ -150,7 +228,7 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
   if (pf >= end) pf = uintptr_t(next) + (pf - end);
   for (int64_t sg = s0; sg < s1; ++sg) {
     const int64_t g = w.seg_group[size_t(sg)];
-    for (int i = 0; i < MB * C; ++i) acc[i] = T::zero();
+    for (int i = 0; i < MB * C; ++i) acc[i] = AccOf<T>::zero();
     const V zv = z ? T::load(z + g * kTileN) : T::set1(w.sym_zero);
     const int64_t l1 = w.seg_line[size_t(sg + 1)];
     const auto advance = [&] {
@@ -184,32 +262,10 @@ void row_block(const CpuWeights& w, int64_t t, int64_t s0, int64_t s1, bool firs
       }
     }
     const V sv = T::load_scales(w.group_scales(t, g), w.scale_type);
-    if constexpr (CO > 1 && !kExact) {
-      const V sS = T::mul(sv, T::set1(T::kScale));
-      const V sz = T::mul(sv, zv);
-      const float* xa = xs + sg * 2 * rb;  // A, then X
-      for (int m = 0; m < MB; ++m) {
-        for (int c = 0; c < C; ++c) out[m * CO + c % CO] = T::fmadd(sS, acc[m * C + c], out[m * CO + c % CO]);
-        out[m * CO] = T::fnmadd(sS, T::set1(xa[m]), out[m * CO]);
-        if (z) out[m * CO + 1] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO + 1]);  // else folded into A
-      }
-      continue;
-    }
-    // The chains of each row summed as a tree (depth log2 C, not C - 1 dependent adds).
-    for (int m = 0; m < MB; ++m)
-      for (int half = C / 2; half >= 1; half /= 2)
-        for (int c = 0; c < half; ++c) acc[m * C + c] = T::add(acc[m * C + c], acc[m * C + c + half]);
-    if constexpr (kExact) {
-      for (int m = 0; m < MB; ++m) out[m * CO] = T::fmadd(sv, acc[m * C], out[m * CO]);
+    if constexpr (IsInteger<T>::value) {
+      int_segment_end<T, MB, C>(zv, sv, xs + sg * 2 * rb, rb, acc, out);
     } else {
-      const V sS = T::mul(sv, T::set1(T::kScale));
-      const V sz = T::mul(sv, zv);
-      const float* xa = xs + sg * 2 * rb;  // A, then X
-      for (int m = 0; m < MB; ++m) {
-        // S s (acc - A) first: acc and A are close, and their difference is the signal.
-        out[m * CO] = T::fmadd(sS, T::sub(acc[m * C], T::set1(xa[m])), out[m * CO]);
-        if (z) out[m * CO] = T::fnmadd(sz, T::set1(xa[rb + m]), out[m * CO]);  // else folded into A
-      }
+      float_segment_end<T, MB, C, CO, kExact>(z != nullptr, zv, sv, xs + sg * 2 * rb, rb, acc, out);
     }
   }
   for (int m = 0; m < MB; ++m) {

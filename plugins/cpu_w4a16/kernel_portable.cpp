@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -94,11 +95,99 @@ void row_to_f32(const void* x, DType dt, int64_t r, int64_t k, int64_t i0, int64
   }
 }
 
+// Line l's 8 values of x in the weights' padded row order: `row` itself (identity rows), else
+// gathered into `buf` through row_src (0 for padding) and scaled by row_mult.
+const float* line_values(const CpuWeights& w, const float* row, int64_t l, float* buf) {
+  if (w.identity_rows) return row + l * 8;
+  const int32_t* src = w.row_src.data() + l * 8;
+  for (int j = 0; j < 8; ++j) buf[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
+  if (!w.row_mult.empty())
+    for (int j = 0; j < 8; ++j) buf[j] *= w.row_mult[size_t(l * 8 + j)];
+  return buf;
+}
+
+// XForm::kInt8 (kernels.h): segments [s0, s1) of row r as three signed 8-bit parts in units of a
+// power of two per segment, and A = that unit, X = the sum of the parts' x in it.
+void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, const float* row, int64_t s0,
+                          int64_t s1, float* xp, float* xs) {
+  const int64_t segs = w.segments(), rb = slots.l.rb;
+  float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
+  const bool two = w.code_bits == 2;
+  for (int64_t sg = s0; sg < s1; ++sg) {
+    const int64_t l0 = w.seg_line[size_t(sg)], l1 = w.seg_line[size_t(sg + 1)];
+    // The segment's values, zero past its end up to a whole pair of lines (2-bit codes: a step
+    // reads both lines of the pair's word).
+    float v[(kSegmentLines + 2) * 8] = {};
+    float big = 0;
+    for (int64_t l = l0; l < l1; ++l) {
+      float buf[8];
+      const float* lv = line_values(w, row, l, buf);
+      for (int j = 0; j < 8; ++j) {
+        v[(l - l0) * 8 + j] = lv[j];
+        big = std::max(big, std::fabs(lv[j]));
+      }
+    }
+    // The unit: the least power of two with |x| / unit <= 127 (1 for a segment of zeros).
+    float unit = 1;
+    if (big > 0) {
+      int e = 0;
+      std::frexp(big / 127, &e);
+      unit = std::ldexp(1.0f, e);
+      while (big / unit > 127) unit *= 2;
+      while (big / (unit / 2) <= 127) unit /= 2;
+    }
+    // In float, exactly: v / unit by a power of two (its inverse where both are normal numbers,
+    // else a division), rounding to nearest by the 1.5 2^23 sum (|v / unit| <= 127), and each
+    // remainder v - a unit is a multiple of v's last bit no larger than v (so held exactly).
+    const float step = unit / (1 << kInt8PartShift), fine = step / (1 << kInt8PartShift);
+    const bool normal = unit >= 0x1p-100f && unit <= 0x1p100f;
+    constexpr float kRound = 0x1.8p23f;
+    int8_t part[3][(kSegmentLines + 2) * 8];
+    int32_t sum = 0;  // sum of x in units of fine: exact (at most 128 x 2^21)
+    const int64_t n = (l1 - l0) * 8 + (two ? 8 : 0);
+    // div(q, d, inv): q / d, by the inverse where it is a normal number (the common case: one loop
+    // the compiler vectorizes), else by division.
+    const auto split = [&](auto div) {
+      const float inv = 1 / unit, inv_step = 1 / step, inv_fine = 1 / fine;
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = (div(v[i], unit, inv) + kRound) - kRound, r1 = v[i] - a * unit;
+        const float b = (div(r1, step, inv_step) + kRound) - kRound, r2 = r1 - b * step;
+        const float c = (div(r2, fine, inv_fine) + kRound) - kRound;
+        part[0][i] = int8_t(a), part[1][i] = int8_t(b), part[2][i] = int8_t(c);
+        sum += int32_t(a) * (1 << 2 * kInt8PartShift) + int32_t(b) * (1 << kInt8PartShift) + int32_t(c);
+      }
+    };
+    if (normal)
+      split([](float q, float, float inv) { return q * inv; });
+    else
+      split([](float q, float d, float) { return q / d; });
+    // Word 2p + J of line l's slot: byte i = part p of the row that step J (and, for 2-bit codes,
+    // the line's half H of its pair) multiplies by the code in byte i (kernels.h, kernel_avx512vnni.cpp).
+    for (int64_t l = l0; l < l1; ++l) {
+      const int64_t li = l - l0;
+      uint32_t words[6];
+      for (int p = 0; p < 3; ++p)
+        for (int J = 0; J < 2; ++J) {
+          uint32_t word = 0;
+          for (int i = 0; i < 4; ++i) {
+            const int64_t idx = two ? (li / 2) * 16 + 4 * i + 2 * (li % 2) + J : li * 8 + 2 * i + J;
+            word |= uint32_t(uint8_t(part[p][idx])) << (8 * i);
+          }
+          words[2 * p + J] = word;
+        }
+      std::memcpy(xp + slots.at(r, sg, l), words, sizeof words);
+    }
+    sums[(sg * 2) * rb] = unit;
+    sums[(sg * 2 + 1) * rb] = float(std::ldexp(double(sum), -2 * kInt8PartShift));
+  }
+}
+
 // Segments [s0, s1) of row r: its lines' slots of xp and its A and X of xs. `row` holds x's row
 // r as f32 wherever these segments read it (row_src, or lines * 8 positions with zeros past K).
 void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const float* row, int64_t s0, int64_t s1,
                      float* xp, float* xs) {
   const XForm f = slots.l.form;
+  if (f == XForm::kInt8) return gather_segments_int8(w, slots, r, row, s0, s1, xp, xs);
   const int64_t segs = w.segments(), rb = slots.l.rb, lo = slots.lo_offset();
   float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
   for (int64_t sg = s0; sg < s1; ++sg) {
@@ -107,15 +196,8 @@ void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const 
     float lane[8] = {};
     const int64_t l0 = w.seg_line[size_t(sg)], l1 = w.seg_line[size_t(sg + 1)];
     for (int64_t l = l0; l < l1; ++l) {
-      const float* v = row + l * 8;
       float gathered[8];
-      if (!w.identity_rows) {  // act order or padded groups: rows through row_src
-        const int32_t* src = w.row_src.data() + l * 8;
-        for (int j = 0; j < 8; ++j) gathered[j] = src[j] < 0 ? 0.0f : row[size_t(src[j])];
-        if (!w.row_mult.empty())
-          for (int j = 0; j < 8; ++j) gathered[j] *= w.row_mult[size_t(l * 8 + j)];
-        v = gathered;
-      }
+      const float* v = line_values(w, row, l, gathered);
       for (int j = 0; j < 8; ++j) lane[j] += v[j];
       float* slot = xp + slots.at(r, sg, l);
       put_line(v, f, slot, slot + lo);

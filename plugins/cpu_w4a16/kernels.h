@@ -24,9 +24,17 @@ void set_num_threads(int n);
 ///             (0x4300), whose last mantissa bit is worth 1; exact for bf16 activations
 ///   kBf16x2   as kBf16, with each x split into two bf16 numbers hi + lo that sum to it exactly
 ///             (fp16 x has 11 significant bits, bf16 8: hi takes the top 8 rounded, lo the rest)
-enum class XForm { kF32, kBf16, kBf16x2 };
-/// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, or 2 x 4 pairs.
-constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : 8; }
+///   kInt8     the integer dot-product forms (dot-*, kernel_fused_impl.h's kInteger): t = q itself, as the
+///             unsigned bytes of a word (rows j, j + 2, j + 4, j + 6 of a line for parity j = 0, 1);
+///             x of each segment as three signed 8-bit parts a + b / 2^7 + c / 2^14 in units of a
+///             power of two 2^e (|a| <= 127, |b|, |c| <= 64), so that the x of a segment is held to
+///             2^-21 of its largest |x| (exact for 16-bit x within 2^13 of it, bf16 within 2^14)
+enum class XForm { kF32, kBf16, kBf16x2, kInt8 };
+/// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, 2 x 4 pairs, or 3 parts x 2
+/// parities of 4 bytes (word 2p + j: part p of rows j, j + 2, j + 4, j + 6, a byte each).
+constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : f == XForm::kInt8 ? 6 : 8; }
+/// The parts of kInt8 relative to part 0: 2^-7 and 2^-14.
+constexpr int kInt8PartShift = 7;
 constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
 /// a_j of row j (0..7) of a line. 2-bit codes (kF32 only) sit in four windows of a rotated word,
 /// each worth 1/16 per step of the code: bits 15..16 of 16.0f, 17..18 of 4.0f, 19..20 of 1.0f and
@@ -74,7 +82,9 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m);
 ///   xs  f32 [blocks][segments][2][rb]: per segment of the weights, A = sum of a_j x
 ///       (trick_offset) and X = plain sum of x over its rows (the corrections of the trick and of
 ///       the zero point); for symmetric weights (CpuWeights::tile_zeros null) A also holds the
-///       zero point's term, A + (8 / S) X, and the kernels leave X alone
+///       zero point's term, A + (8 / S) X, and the kernels leave X alone. kInt8: A = 2^e, the
+///       unit of the segment's parts, and X = the sum of the segment's x as the parts hold it, in
+///       that unit (the zero point's term is the kernel's: there is no trick to correct)
 ///   y   f32 [m][ldy]: the output of segments [seg0, seg1) (a K slice; all segments unless apply
 ///       splits K), written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {
@@ -124,6 +134,12 @@ void gemm_avx512bf16(const FusedArgs& a, int64_t t0, int64_t t1);
 /// FusedArgs::rb), f32 x as the one-tile form takes it (kernel_gemm_impl.h).
 constexpr int kGemmRowsAvx2 = 6;
 void gemm_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
+/// The integer dot-product forms (kernel_fused_impl.h, T::kInteger), x in kInt8 (16-bit activations only): with
+/// AVX-512 VNNI (vpdpbusd, 64 products per instruction) up to kDotRows rows per block, and with
+/// AVX2 (vpmaddubsw + vpmaddwd) one row per block.
+constexpr int kDotRows = 4;
+void dot_avx512vnni(const FusedArgs& a, int64_t t0, int64_t t1);
+void dot_avx2(const FusedArgs& a, int64_t t0, int64_t t1);
 /// The AMX-BF16 form (kernel_amx.cpp): x in the tile layout, rb = min(16, m); the calling thread
 /// must have AMX permission (amx_unavailable() returned nullptr).
 void gemm_amx(const FusedArgs& a, int64_t t0, int64_t t1);

@@ -115,8 +115,10 @@ std::string env_knob_error() {
     if (why.empty() && v && *v && !ok) why = std::string(name) + "='" + v + "': expected " + expected;
   };
   const auto env = [](const char* name) { const char* v = std::getenv(name); return v ? v : ""; };
-  check("NIBBLE_CPU_ISA", one_of(env("NIBBLE_CPU_ISA"), {"amx", "avx512bf16", "avx512-amx", "avx512", "avx2", "portable"}),
-        "amx, avx512bf16, avx512-amx, avx512, avx2 or portable");
+  check("NIBBLE_CPU_ISA",
+        one_of(env("NIBBLE_CPU_ISA"), {"amx", "avx512bf16", "avx512-amx", "avx512", "avx512vnni", "avx512vnni-amx",
+                                       "avx2", "avx2-dot", "portable"}),
+        "amx, avx512bf16, avx512-amx, avx512, avx512vnni, avx512vnni-amx, avx2, avx2-dot or portable");
   check("NIBBLE_CPU_PATH", one_of(env("NIBBLE_CPU_PATH"), {"fused", "onednn"}), "fused or onednn");
   check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
   check("NIBBLE_CPU_PREFETCH", one_of(env("NIBBLE_CPU_PREFETCH"), {"nta", "t0", "none"}), "nta, t0 or none");
