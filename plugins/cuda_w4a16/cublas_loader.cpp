@@ -16,7 +16,6 @@ namespace {
 using create_fn = cublasStatus_t (*)(cublasHandle_t*);
 using set_stream_fn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
 using status_string_fn = const char* (*)(cublasStatus_t);
-using set_math_mode_fn = cublasStatus_t (*)(cublasHandle_t, cublasMath_t);
 using gemm_ex_fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                                       const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
                                       const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
@@ -27,7 +26,6 @@ struct Cublas {
   create_fn create = nullptr;
   set_stream_fn set_stream = nullptr;
   status_string_fn status_string = nullptr;
-  set_math_mode_fn set_math_mode = nullptr;
   gemm_ex_fn gemm_ex = nullptr;
   std::mutex mu;                           // a handle is used by one thread at a time
   std::map<int, cublasHandle_t> handles;   // per device; never destroyed (process lifetime)
@@ -53,9 +51,8 @@ Cublas& lib() {
     c->set_stream = reinterpret_cast<set_stream_fn>(dlsym(h, "cublasSetStream_v2"));
     c->status_string = reinterpret_cast<status_string_fn>(dlsym(h, "cublasGetStatusString"));
     c->gemm_ex = reinterpret_cast<gemm_ex_fn>(dlsym(h, "cublasGemmEx"));
-    c->set_math_mode = reinterpret_cast<set_math_mode_fn>(dlsym(h, "cublasSetMathMode"));
-    if (!c->create || !c->set_stream || !c->gemm_ex || !c->set_math_mode) {
-      c->error = "libcublas loaded but lacks cublasCreate_v2 / cublasSetStream_v2 / cublasGemmEx / cublasSetMathMode";
+    if (!c->create || !c->set_stream || !c->gemm_ex) {
+      c->error = "libcublas loaded but lacks cublasCreate_v2 / cublasSetStream_v2 / cublasGemmEx";
       return c;
     }
     c->ok = true;
@@ -77,7 +74,7 @@ bool cublas_available(std::string* why) {
 }
 
 int cublas_gemm_rowmajor(int32_t act, int64_t m, int64_t n, int64_t k, const void* x, const void* w, int64_t ldw,
-                         void* y, int64_t ldy, Reduction reduction, cudaStream_t stream, std::string* why) {
+                         void* y, int64_t ldy, cudaStream_t stream, std::string* why) {
   Cublas& c = lib();
   if (!c.ok) {
     *why = c.error;
@@ -104,13 +101,6 @@ int cublas_gemm_rowmajor(int32_t act, int64_t m, int64_t n, int64_t k, const voi
   }
   if (cublasStatus_t s = c.set_stream(h, stream); s != CUBLAS_STATUS_SUCCESS) {
     *why = "cublasSetStream failed: " + status_str(c, s);
-    return 1;
-  }
-  const auto mode = cublasMath_t(reduction == Reduction::kFp32
-                                     ? CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
-                                     : CUBLAS_DEFAULT_MATH);
-  if (cublasStatus_t s = c.set_math_mode(h, mode); s != CUBLAS_STATUS_SUCCESS) {
-    *why = "cublasSetMathMode failed: " + status_str(c, s);
     return 1;
   }
   // Row-major Y = X W is column-major Y^T = W^T X^T: A = W (N x K, ld ldw), B = X (K x M, ld K).

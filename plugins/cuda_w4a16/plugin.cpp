@@ -475,7 +475,7 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
     std::string why;
     const int64_t ncols = std::min(cols, lp.n - n0);
     if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, buffer(i), cols,
-                             static_cast<char*>(y) + n0 * 2, lp.n, Reduction::kFp32, stream, &why))
+                             static_cast<char*>(y) + n0 * 2, lp.n, stream, &why))
       return fail(NIBBLE_ERR_DEVICE, msg, cap, "%s", why.c_str());
     if (piped && i + 2 < chunks) NIBBLE_CUDA_TRY(cudaEventRecord(ws.multiplied[i % 2], stream));
   }
@@ -702,7 +702,7 @@ int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor
     if (int32_t st = plugin::check_io(y, "y", d.dtype, d.n, x->shape[0], msg, cap)) return st;
     std::string why;
     if (cublas_gemm_rowmajor(d.dtype, x->shape[0], d.n, d.k, x->data, d.w.p, d.n, y->data, d.n,
-                             Reduction::kCublasDefault, static_cast<cudaStream_t>(stream), &why))
+                             static_cast<cudaStream_t>(stream), &why))
       return fail(NIBBLE_ERR_DEVICE, msg, cap, "dense baseline: %s", why.c_str());
     return NIBBLE_OK;
   });
