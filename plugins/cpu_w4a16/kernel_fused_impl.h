@@ -15,6 +15,10 @@
 // f32 activations use the exact form t(k) = q(k) - z instead (`kExact`), since their tolerance is
 // 2^-20.
 //
+// The integer forms (T::kInteger: dot-avx512vnni, dot-avx2; x as XForm::kInt8) use the same walk
+// with t(k) = q(k) as bytes and int32 accumulators (T::Acc), and end a segment in
+// int_segment_end below instead.
+//
 // A line is 16 u32 words = 8 rows x 16 columns: 8 extractions feed 8 * MB FMAs, so the kernel is
 // bandwidth-bound at small M and runs at most of the FMA peak at MB = 8.
 #pragma once
