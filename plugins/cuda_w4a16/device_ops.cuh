@@ -170,6 +170,27 @@ struct Ops<__half> {
     a[2] = hadd2_f16(prmt(even, kMagic, planes8_sel(2)), nz_lo);
     a[3] = hadd2_f16(prmt(odd, kMagic, planes8_sel(3)), nz_hi);
   }
+  // An 8-bit layer's two planes in one pass in the tiled kernels: the zero-point bytes zl of the
+  // low plane's record and zh of the high plane's (each < 16) make z = 16 zh + zl; nz[0..3] as
+  // zero_codes8 (nz[4..7] unused here, bf16 needs them). dequant8: the words lo, hi -> a0..a3 for
+  // rows r0, r0 + 1 (r0 = 0 for the first n16 half, 2 for the second): exactly q - z, then one
+  // multiply by the scale, so each weight is rounded once as a 4-bit weight is (two planes
+  // dequantized apart are rounded twice, and where they cancel that error is large against the
+  // weight: docs/cuda.md "Outlier activations").
+  __device__ static void zero_codes_pair(uint32_t zb_lo, uint32_t zb_hi, uint32_t (&nz)[8]) {
+    uint32_t z4[4];
+    zero_codes8(zb_lo | (zb_hi << 4), z4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) nz[r] = nz[4 + r] = z4[r];
+  }
+  __device__ static void dequant8(uint32_t lo, uint32_t hi, uint32_t s_lo, uint32_t s_hi, const uint32_t (&nz)[8],
+                                  int r0, uint32_t (&a)[4]) {
+    dequant8_unscaled(lo, hi, nz[r0], nz[r0 + 1], a);
+    a[0] = hmul2_f16(a[0], s_lo);
+    a[1] = hmul2_f16(a[1], s_hi);
+    a[2] = hmul2_f16(a[2], s_lo);
+    a[3] = hmul2_f16(a[3], s_hi);
+  }
   // The two scales of a record pair as floats (lower half first).
   __device__ static float2 scales(uint32_t pair) {
     __half2_raw r;
@@ -211,6 +232,28 @@ struct Ops<__nv_bfloat16> {
     a[1] = hfma2_bf16(lop3_and_or(q >> 4, 0x000f000fu, kMagic), kOne, nz_hi);
     a[2] = hfma2_bf16(lop3_and_or(q >> 8, 0x000f000fu, kMagic), kOne, nz_lo);
     a[3] = hfma2_bf16(lop3_and_or(q >> 12, 0x000f000fu, kMagic), kOne, nz_hi);
+  }
+  // An 8-bit layer's two planes in one pass (see Ops<__half>): bf16 cannot hold 128 + q for an
+  // 8-bit q, so the planes stay apart until the sum: nz[0..3] are the low plane's -(128 + zl),
+  // nz[4..7] the high plane's -(128 + zh); per pair (qh - zh) * 16 + (ql - zl) = q - z is exact
+  // (|q - z| < 256 fits bf16's 8 significant bits), then one multiply by the scale rounds once.
+  __device__ static void zero_codes_pair(uint32_t zb_lo, uint32_t zb_hi, uint32_t (&nz)[8]) {
+    uint32_t l[4], h[4];
+    zero_codes(zb_lo, l);
+    zero_codes(zb_hi, h);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) nz[r] = l[r], nz[4 + r] = h[r];
+  }
+  __device__ static void dequant8(uint32_t lo, uint32_t hi, uint32_t s_lo, uint32_t s_hi, const uint32_t (&nz)[8],
+                                  int r0, uint32_t (&a)[4]) {
+    constexpr uint32_t kMagic = 0x43004300u, kOne = 0x3F803F80u, kSixteen = 0x41804180u, kNegZero = 0x80008000u;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      const int r = r0 + (jj & 1);
+      const uint32_t dl = hfma2_bf16(lop3_and_or(lo >> (4 * jj), 0x000f000fu, kMagic), kOne, nz[r]);
+      const uint32_t dh = hfma2_bf16(lop3_and_or(hi >> (4 * jj), 0x000f000fu, kMagic), kOne, nz[4 + r]);
+      a[jj] = hfma2_bf16(hfma2_bf16(dh, kSixteen, dl), (jj & 1) ? s_hi : s_lo, kNegZero);
+    }
   }
   __device__ static float2 scales(uint32_t pair) {
     return make_float2(__uint_as_float(pair << 16), __uint_as_float(pair & 0xffff0000u));

@@ -18,7 +18,8 @@ inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2",   "s4",   
 /// Kernel setup of each file on the current device: shared-memory limits, tiles and occupancy
 /// into info[act][id] (act 0: f16, 1: bf16) for the kernels of that file. `sms` = SM count.
 cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms);
-cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], int sms);
+/// The mma.sync file also fills info8[act][id] for its one-pass 8-bit instances (launch_mma's planes8).
+cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms);
 /// Only on compute capability 9.0 (the wgmma kernels are sm_90a code) and only in builds that
 /// define NIBBLE_CUDA_WGMMA (nvcc_archs names 90).
 cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
@@ -34,7 +35,11 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 /// Whether kernel `id` has the one-pass 8-bit instance for `act` (v1 and v2u2, fp16).
 inline bool gemv_has_planes8(KernelId id, Act act) { return (id == kV1 || id == kV2u2) && act == Act::f16; }
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
-cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
+/// planes8: the layer is an 8-bit layer as nibble planes whose packed groups pair up (low plane,
+/// then high; planes8_dense_pairs) with zero points, x gathered through the planes' x map, upg =
+/// g_eff / 32 < 2^15; both planes of each code are dequantized in one pass (mma_sync.cu), and p.kt
+/// counts stages of the real K: ceil(p.ku / 4).
+cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg256) on `grid` persistent stream-K blocks.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
 /// How many launches with p.split_fixup the runtime refused as cooperative launches in this
@@ -84,7 +89,7 @@ cudaError_t launch_dequant_dense_planes8(const void* w, const void* scale_rec, c
 cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t m, int32_t bm,
                                  int32_t m_tiles, int32_t kt, void* out, cudaStream_t stream);
 
-/// y[m][n] += bias[n] (act dtype).
-cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream);
+/// y[m][n] = bias[n] (16-bit elements, copied as they are).
+cudaError_t launch_fill_bias(void* y, const void* bias, int64_t m, int64_t n, cudaStream_t stream);
 
 }  // namespace nibble::cuda

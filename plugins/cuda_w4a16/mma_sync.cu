@@ -11,6 +11,13 @@
 // one per block (stream-K): every SM gets the same number of stages whatever the shape, which is
 // what keeps all SMs busy on skinny shapes. A tile shared by several blocks is summed by the last
 // of them to arrive (fp32 partials, fixed order, so results are deterministic).
+//
+// An 8-bit layer is two nibble planes (layout.h): packed group 2g holds the low nibbles of real
+// group g, 2g + 1 the high ones, and both read the same x. The P8 instances walk the real K: a
+// stage is 2 real units, for which they copy the low-plane units and their twins upg units on
+// (4 units per strip), the low plane's scale records and both planes' zero records, and x of the
+// low-plane rows only; each pair of words is dequantized in one pass (Ops<T>::dequant8, one
+// rounding per weight) and feeds one mma, so an 8-bit layer costs the mma of a 4-bit one.
 #include "device_ops.cuh"
 #include "kernels.h"
 
@@ -22,8 +29,9 @@ namespace {
 
 // Block tile of one variant. NS: strips (32 features) per warp; MT8: m8 tiles per warp; WN x WM
 // warps; STAGES: depth of the cp.async pipeline.
-template <int NS, int MT8, int WN, int WM, int STAGES>
+template <int NS, int MT8, int WN, int WM, int STAGES, bool P8>
 struct Tile {
+  static constexpr int kPlanes = P8 ? 2 : 1;  // planes of weights and zero records per stage
   static constexpr int kThreads = WN * WM * 32;
   static constexpr int kStrips = WN * NS;  // strips per block
   static constexpr int BN = kStrips * kStripN;
@@ -32,18 +40,19 @@ struct Tile {
   // so each half-warp's 8-byte B-fragment loads (rows r..r+3 x 32 contiguous bytes) hit 32
   // different banks.
   static constexpr int kXPitch = 80;
-  static constexpr int kWBytes = kStrips * 2 * 512;  // 2 units per strip per stage
+  static constexpr int kWBytes = kStrips * 2 * 512 * kPlanes;  // 2 units (of each plane) per strip per stage
   static constexpr int kXBytes = BM * kXPitch * 2;
   static constexpr int kSBytes = kStrips * 2 * 64;   // scale records (8 gid x 4 x 2 B) per unit
-  static constexpr int kZBytes = kStrips * 2 * 32;   // zero records (8 gid x 4 x 1 B) per unit
+  static constexpr int kZPlane = kStrips * 2 * 32;   // zero records (8 gid x 4 x 1 B) per unit
+  static constexpr int kZBytes = kZPlane * kPlanes;
   static constexpr int kStageBytes = kWBytes + kXBytes + kSBytes + kZBytes;
   static constexpr int kSmem = STAGES * kStageBytes;
   static_assert(kStageBytes % 16 == 0, "stages must stay 16-byte aligned for cp.async");
 };
 
-template <class T, int NS, int MT8, int WN, int WM, int STAGES>
+template <class T, int NS, int MT8, int WN, int WM, int STAGES, bool P8>
 __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParams p) {
-  using TL = Tile<NS, MT8, WN, WM, STAGES>;
+  using TL = Tile<NS, MT8, WN, WM, STAGES, P8>;
   using O = Ops<T>;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int s_last;
@@ -58,17 +67,37 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
   const int nblocks = gridDim.x;
   const int ib = int(int64_t(blockIdx.x) * work / nblocks), ie = int(int64_t(blockIdx.x + 1) * work / nblocks);
   const uint64_t policy = l2_policy(p.evict_first != 0);
+  // P8: units per packed group (from g_magic = floor(2^32 / upg) + 1, exact for upg < 2^15, which
+  // the host checks) and real units; the low-plane unit of real unit r is r + upg * (r / upg).
+  const int upg = !P8 || p.g_magic == 0 ? 1 : int((uint64_t(1) << 32) / (p.g_magic - 1));
+  const int ku_real = p.ku / 2;
+  auto low_unit = [&](int r) { return r + upg * unit_group(r, p.g_magic); };
 
   // ---- producer: stage s <- work item i (tile i / KT, k stage i % KT) ----
   auto load = [&](int t, int kt, int s) {
     const int mti = t % p.m_tiles, nti = t / p.m_tiles;
     unsigned char* st = smem + s * TL::kStageBytes;
-    // Weights: kStrips strips x 2 units x 32 lanes x 16 B; one strip's two units are contiguous.
-    const uint4* wsrc = static_cast<const uint4*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 32;
+    // P8: the stage's two real units (the second may be past the layer: no weights, zero scales).
+    const int lu0 = P8 ? low_unit(2 * kt) : 2 * kt, lu1 = P8 ? low_unit(2 * kt + 1) : 2 * kt + 1;
+    const bool has1 = !P8 || 2 * kt + 1 < ku_real;
+    if constexpr (!P8) {
+      // Weights: kStrips strips x 2 units x 32 lanes x 16 B; one strip's two units are contiguous.
+      const uint4* wsrc = static_cast<const uint4*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 32;
 #pragma unroll 1
-    for (int c = tid; c < TL::kStrips * 64; c += TL::kThreads) {
-      const int strip = c >> 6, rem = c & 63;
-      cp_async16_policy(smem_u32(st) + c * 16, wsrc + int64_t(strip) * p.ku * 32 + rem, policy);
+      for (int c = tid; c < TL::kStrips * 64; c += TL::kThreads) {
+        const int strip = c >> 6, rem = c & 63;
+        cp_async16_policy(smem_u32(st) + c * 16, wsrc + int64_t(strip) * p.ku * 32 + rem, policy);
+      }
+    } else {
+      // Weights: kStrips strips x 4 units (low plane lu0, lu1, then their twins) x 32 lanes x 16 B.
+      const uint4* wsrc = static_cast<const uint4*>(p.w) + int64_t(nti) * TL::kStrips * p.ku * 32;
+#pragma unroll 1
+      for (int c = tid; c < TL::kStrips * 128; c += TL::kThreads) {
+        const int strip = c >> 7, j = (c >> 5) & 3, l = c & 31;
+        if ((j & 1) && !has1) continue;
+        const int unit = ((j & 1) ? lu1 : lu0) + ((j & 2) ? upg : 0);
+        cp_async16_policy(smem_u32(st) + c * 16, wsrc + (int64_t(strip) * p.ku + unit) * 32 + l, policy);
+      }
     }
     // x: BM rows x 64 columns, 8 chunks of 16 B per row; zero-filled past m and kx.
     const T* xg = static_cast<const T*>(p.x);
@@ -77,7 +106,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
     for (int c = tid; c < TL::BM * 8; c += TL::kThreads) {
       const int r = c >> 3, c8 = c & 7;
       const int m = mti * TL::BM + r;
-      const int64_t k = int64_t(kt) * kTileK + c8 * 8;
+      const int64_t k = P8 ? int64_t((c8 >> 2) ? lu1 : lu0) * kUnitK + (c8 & 3) * 8 : int64_t(kt) * kTileK + c8 * 8;
       const bool ok = m < p.m && k < p.kx;
       cp_async16(xs + (r * TL::kXPitch + c8 * 8) * 2, ok ? xg + int64_t(m) * p.ldx + k : xg, ok ? 16 : 0);
     }
@@ -86,19 +115,21 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
 #pragma unroll 1
     for (int c = tid; c < TL::kStrips * 8; c += TL::kThreads) {
       const int su = c >> 2, part = c & 3, strip = su >> 1, u = su & 1;
-      const int g = unit_group(2 * kt + u, p.g_magic);
+      const int g = unit_group(u ? lu1 : lu0, p.g_magic);
       const auto* src = static_cast<const unsigned char*>(p.scale_rec) +
                         (int64_t(g) * p.strips + int64_t(nti) * TL::kStrips + strip) * 64 + part * 16;
-      cp_async16(ss + su * 64 + part * 16, src, 16);
+      cp_async16(ss + su * 64 + part * 16, src, (u && !has1) ? 0 : 16);
     }
     if (p.zero_rec) {
+      // P8: the low plane's records, then the high plane's (packed group + 1) kZPlane bytes on.
       const uint32_t zs = ss + TL::kSBytes;
 #pragma unroll 1
-      for (int c = tid; c < TL::kStrips * 4; c += TL::kThreads) {
-        const int su = c >> 1, part = c & 1, strip = su >> 1, u = su & 1;
-        const int g = unit_group(2 * kt + u, p.g_magic);
+      for (int c = tid; c < TL::kStrips * 4 * TL::kPlanes; c += TL::kThreads) {
+        const int pl = c / (TL::kStrips * 4), cc = c % (TL::kStrips * 4);
+        const int su = cc >> 1, part = cc & 1, strip = su >> 1, u = su & 1;
+        const int g = unit_group(u ? lu1 : lu0, p.g_magic) + pl;
         const uint8_t* src = p.zero_rec + (int64_t(g) * p.strips + int64_t(nti) * TL::kStrips + strip) * 32 + part * 16;
-        cp_async16(zs + su * 32 + part * 16, src, 16);
+        cp_async16(zs + pl * TL::kZPlane + su * 32 + part * 16, src, (u && !has1) ? 0 : 16);
       }
     }
   };
@@ -117,7 +148,9 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
       // Scales and zero encodings of this unit's group for each strip of the warp (r = 0..3,
       // layout.h), read for every unit: no branch, so a whole stage is one basic block the
       // compiler can interleave (a copy cached behind an `if` cost more in lost overlap).
-      uint32_t s2[NS][4], nz[NS][4];
+      // P8: nz[ns][0..7] of both planes' zero records (Ops<T>::zero_codes_pair), q the low plane's
+      // words and qh their twins'. (P8 layers always have zero points: nibble_planes.h.)
+      uint32_t s2[NS][4], nz[NS][P8 ? 8 : 4];
 #pragma unroll
       for (int ns = 0; ns < NS; ++ns) {
         const int su = (wn * NS + ns) * 2 + u;
@@ -127,11 +160,17 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
         s2[ns][1] = prmt(sr.x, sr.x, 0x3232u);
         s2[ns][2] = prmt(sr.y, sr.y, 0x1010u);
         s2[ns][3] = prmt(sr.y, sr.y, 0x3232u);
-        O::zero_codes(zb, nz[ns]);
+        if constexpr (P8)
+          O::zero_codes_pair(zb, *reinterpret_cast<const uint32_t*>(sz + TL::kZPlane + su * 32 + gid * 4), nz[ns]);
+        else
+          O::zero_codes(zb, nz[ns]);
       }
-      uint4 q[NS];
+      uint4 q[NS], qh[NS];
 #pragma unroll
-      for (int ns = 0; ns < NS; ++ns) q[ns] = sw[((wn * NS + ns) * 2 + u) * 32 + lane];
+      for (int ns = 0; ns < NS; ++ns) {
+        q[ns] = sw[((wn * NS + ns) * 2 * TL::kPlanes + u) * 32 + lane];
+        if constexpr (P8) qh[ns] = sw[((wn * NS + ns) * 4 + 2 + u) * 32 + lane];
+      }
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) {
         // B fragment (b0, b1) of this k16 step for each m8 tile: one 8-byte load (the K
@@ -145,10 +184,16 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
         for (int ns = 0; ns < NS; ++ns) {
           uint32_t a[4];
           // word 2*ks + nt: q.x (k16 0, n16 0), q.y (0, 1), q.z (1, 0), q.w (1, 1)
-          O::dequant(ks == 0 ? q[ns].x : q[ns].z, s2[ns][0], s2[ns][1], nz[ns][0], nz[ns][1], a);
+          if constexpr (P8)
+            O::dequant8(ks == 0 ? q[ns].x : q[ns].z, ks == 0 ? qh[ns].x : qh[ns].z, s2[ns][0], s2[ns][1], nz[ns], 0, a);
+          else
+            O::dequant(ks == 0 ? q[ns].x : q[ns].z, s2[ns][0], s2[ns][1], nz[ns][0], nz[ns][1], a);
 #pragma unroll
           for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][0][mt], a, xb[mt].x, xb[mt].y);
-          O::dequant(ks == 0 ? q[ns].y : q[ns].w, s2[ns][2], s2[ns][3], nz[ns][2], nz[ns][3], a);
+          if constexpr (P8)
+            O::dequant8(ks == 0 ? q[ns].y : q[ns].w, ks == 0 ? qh[ns].y : qh[ns].w, s2[ns][2], s2[ns][3], nz[ns], 2, a);
+          else
+            O::dequant(ks == 0 ? q[ns].y : q[ns].w, s2[ns][2], s2[ns][3], nz[ns][2], nz[ns][3], a);
 #pragma unroll
           for (int mt = 0; mt < MT8; ++mt) O::mma(acc[ns][1][mt], a, xb[mt].x, xb[mt].y);
         }
@@ -287,10 +332,10 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
   X(kS8, "s8", 1, 8, 4, 1, 4)   \
   X(kL, "l", 2, 8, 4, 2, 4)
 
-template <class T, int NS, int MT8, int WN, int WM, int STAGES>
+template <class T, int NS, int MT8, int WN, int WM, int STAGES, bool P8>
 cudaError_t setup_one(KernelInfo& info, const char* name, int sms) {
-  using TL = Tile<NS, MT8, WN, WM, STAGES>;
-  auto kernel = w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES>;
+  using TL = Tile<NS, MT8, WN, WM, STAGES, P8>;
+  auto kernel = w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES, P8>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TL::kSmem);
   if (e != cudaSuccess) return e;
   // Ask for the largest shared-memory carveout: the occupancy computed below assumes it, and with
@@ -306,29 +351,37 @@ cudaError_t setup_one(KernelInfo& info, const char* name, int sms) {
 }
 
 template <class T, int NS, int MT8, int WN, int WM, int STAGES>
-cudaError_t launch_one(const GemmParams& p, int grid, cudaStream_t stream) {
-  using TL = Tile<NS, MT8, WN, WM, STAGES>;
-  w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES><<<grid, TL::kThreads, TL::kSmem, stream>>>(p);
+cudaError_t launch_one(const GemmParams& p, int grid, bool planes8, cudaStream_t stream) {
+  if (planes8) {
+    using TL = Tile<NS, MT8, WN, WM, STAGES, true>;
+    w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES, true><<<grid, TL::kThreads, TL::kSmem, stream>>>(p);
+  } else {
+    using TL = Tile<NS, MT8, WN, WM, STAGES, false>;
+    w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES, false><<<grid, TL::kThreads, TL::kSmem, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], int sms) {
+cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms) {
   cudaError_t e = cudaSuccess;
-#define NIBBLE_SETUP(id, name, NS, MT8, WN, WM, ST)                                                 \
-  if ((e = setup_one<__half, NS, MT8, WN, WM, ST>(info[0][id], name, sms)) != cudaSuccess) return e; \
-  if ((e = setup_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(info[1][id], name, sms)) != cudaSuccess) return e;
+#define NIBBLE_SETUP(id, name, NS, MT8, WN, WM, ST)                                                          \
+  if ((e = setup_one<__half, NS, MT8, WN, WM, ST, false>(info[0][id], name, sms)) != cudaSuccess) return e;   \
+  if ((e = setup_one<__nv_bfloat16, NS, MT8, WN, WM, ST, false>(info[1][id], name, sms)) != cudaSuccess)      \
+    return e;                                                                                                \
+  if ((e = setup_one<__half, NS, MT8, WN, WM, ST, true>(info8[0][id], name, sms)) != cudaSuccess) return e;   \
+  if ((e = setup_one<__nv_bfloat16, NS, MT8, WN, WM, ST, true>(info8[1][id], name, sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_VARIANTS(NIBBLE_SETUP)
 #undef NIBBLE_SETUP
   return cudaSuccess;
 }
 
-cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream) {
-#define NIBBLE_LAUNCH(kid, name, NS, MT8, WN, WM, ST)                                \
-  case kid:                                                                           \
-    return act == Act::f16 ? launch_one<__half, NS, MT8, WN, WM, ST>(p, grid, stream) \
-                           : launch_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(p, grid, stream);
+cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream) {
+#define NIBBLE_LAUNCH(kid, name, NS, MT8, WN, WM, ST)                                         \
+  case kid:                                                                                    \
+    return act == Act::f16 ? launch_one<__half, NS, MT8, WN, WM, ST>(p, grid, planes8, stream) \
+                           : launch_one<__nv_bfloat16, NS, MT8, WN, WM, ST>(p, grid, planes8, stream);
   switch (id) {
     NIBBLE_CUDA_VARIANTS(NIBBLE_LAUNCH)
     default: return cudaErrorInvalidValue;

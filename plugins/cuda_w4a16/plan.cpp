@@ -267,6 +267,14 @@ PlanOptions options_from_environment() {
   return o;
 }
 
+bool one_pass8(const KernelDesc& d, const ShapeFacts& s) { return d.family == Family::mma && s.planes8; }
+
+const KernelInfo& kernel_info(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s) {
+  return one_pass8(d, s) && dev.info8 ? dev.info8[d.id] : dev.info[d.id];
+}
+
+int32_t kernel_stages(const KernelDesc& d, const ShapeFacts& s) { return one_pass8(d, s) ? s.kt8 : s.kt; }
+
 std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, int64_t m) {
   if (dev.cc < d.min_cc || dev.cc > d.max_cc)
     return std::string("kernel ") + d.name + " runs on " + cc_name(d.min_cc) +
@@ -277,7 +285,7 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
   if (d.family == Family::cublas) return dev.cublas ? "" : "cuBLAS cannot be loaded";
   if (sm90a_code(d) && !dev.sm90a_built)
     return std::string("kernel ") + d.name + " is sm_90a code, not in this build (meson option nvcc_archs has no 90)";
-  const KernelInfo& ki = dev.info[d.id];
+  const KernelInfo& ki = kernel_info(d, dev, s);
   if (ki.slots <= 0)
     return std::string("kernel ") + d.name + " cannot be resident on this device (" +
            std::to_string(ki.threads) + " threads, " + std::to_string(ki.smem_bytes) +
@@ -302,7 +310,8 @@ constexpr int64_t kSplitFixupMaxStages = 48;
 void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, const PlanOptions& o,
               int64_t m, Plan& plan) {
   if (d.family == Family::cublas) return;
-  const KernelInfo& ki = dev.info[d.id];
+  const KernelInfo& ki = kernel_info(d, dev, s);
+  plan.mma_planes8 = one_pass8(d, s);
   plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
   plan.n_tiles = int32_t(s.n_pad / ki.bn);
   const int64_t slots = std::max(1, ki.slots);
@@ -337,7 +346,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
     return;
   }
   // Stream-K: at most one wave of resident blocks, each with at least `min_stages` k stages.
-  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * s.kt;
+  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * kernel_stages(d, s);
   const int64_t stages = o.min_stages > 0 ? o.min_stages : d.min_stages;
   const int64_t grid = std::min(std::max<int64_t>(1, work / stages), slots);
   plan.grid = int32_t(std::min(grid, work));

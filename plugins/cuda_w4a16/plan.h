@@ -61,6 +61,7 @@ extern const int kChoiceRulesSize;
 struct DeviceFacts {
   int32_t cc = 0;                    ///< compute capability, major * 10 + minor
   const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
+  const KernelInfo* info8 = nullptr;  ///< the same for the mma.sync kernels' one-pass 8-bit instances
   bool cublas = false;               ///< cuBLAS loaded
   bool sm90a_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
   bool bf16 = false;                 ///< the layer's activations are bf16 (else fp16)
@@ -71,7 +72,17 @@ struct ShapeFacts {
   int64_t k = 0, n = 0, n_pad = 0;  ///< of the packed layer (8 bits as two nibble planes: k doubled)
   int32_t ku = 0, kt = 0;
   int32_t bits = 4;  ///< the real layer's weight width (k, n above are its 4-bit image's)
+  /// An 8-bit layer whose nibble planes pair up (planes8_dense_pairs, zero points, upg < 2^15): the
+  /// mma.sync kernels run both planes in one pass over kt8 = ceil(ku / 4) stages of the real K.
+  bool planes8 = false;
+  int32_t kt8 = 0;
 };
+
+/// Whether kernel `d` runs `s` as its one-pass 8-bit instance, and that instance's facts and
+/// stages along K (else the kernel's own and s.kt).
+bool one_pass8(const KernelDesc& d, const ShapeFacts& s);
+const KernelInfo& kernel_info(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s);
+int32_t kernel_stages(const KernelDesc& d, const ShapeFacts& s);
 
 /// The plugin's options (set_option / environment).
 struct PlanOptions {
@@ -153,6 +164,7 @@ struct Plan {
   bool waves = false;        ///< wgmma: whole waves before a stream-K tail (kWgSchedWaves)
   int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   bool planes8 = false;      ///< GEMV: 8-bit planes in one pass allowed (the layer decides: plugin.cpp)
+  bool mma_planes8 = false;  ///< mma.sync: the one-pass 8-bit instance over kernel_stages() stages
   bool whole = false;        ///< GEMV: the unchecked instance allowed (the shape decides: plugin.cpp)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };

@@ -95,6 +95,7 @@ struct DeviceState {
   bool ready = false;
   cudaError_t error = cudaSuccess;
   KernelInfo info[2][kNumKernels]{};  // [f16, bf16][KernelId]
+  KernelInfo info8[2][kNumKernels]{};  // the same for the mma.sync one-pass 8-bit instances
   int sms = 0;
   int cc = 0;  // major * 10 + minor
 };
@@ -117,7 +118,7 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
       d.error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     d.cc = major * 10 + minor;
     if (d.error == cudaSuccess) d.error = setup_gemv_kernels(d.info, d.sms);
-    if (d.error == cudaSuccess) d.error = setup_mma_kernels(d.info, d.sms);
+    if (d.error == cudaSuccess) d.error = setup_mma_kernels(d.info, d.info8, d.sms);
 #if defined(NIBBLE_CUDA_WGMMA)
     if (d.error == cudaSuccess && d.cc == 90) d.error = setup_wgmma_kernels(d.info, d.sms);
 #endif
@@ -169,6 +170,8 @@ ShapeFacts shape_facts(const Prepared& p) {
   s.ku = p.lp.ku;
   s.kt = p.lp.kt;
   s.bits = p.spec.bits;
+  s.planes8 = p.dense8 && p.zero_rec.p && p.lp.g_eff / kUnitK < (1 << 15);
+  s.kt8 = (p.lp.ku + 3) / 4;
   return s;
 }
 
@@ -176,6 +179,7 @@ DeviceFacts device_facts(const Prepared& p, const DeviceState& d) {
   DeviceFacts f;
   f.cc = d.cc;
   f.info = d.info[p.act == Act::f16 ? 0 : 1];
+  f.info8 = d.info8[p.act == Act::f16 ? 0 : 1];
   f.bf16 = p.act == Act::bf16;
   f.cublas = cublas_available(nullptr);
 #if defined(NIBBLE_CUDA_WGMMA)
@@ -443,6 +447,10 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
     for (int b = 0; b < (piped ? 2 : 1); ++b)
       NIBBLE_CUDA_TRY(cudaMemsetAsync(buffer(b) + size_t(p.x_k) * size_t(nc) * 2, 0,
                                       size_t(kx - p.x_k) * size_t(nc) * 2, stream));
+  // y starts as the bias rows and cuBLAS adds X W to them in fp32 (beta = 1), so y is rounded once
+  // (a bias added after cuBLAS rounded y twice: up to 1.25x the bf16 tolerance with outliers in x).
+  const bool with_bias = p.bias.p != nullptr;
+  if (with_bias) NIBBLE_CUDA_TRY(launch_fill_bias(y, p.bias.p, m, lp.n, stream));
   const cudaStream_t dq_stream = piped ? ws.aux : stream;
   const auto dequantize = [&](int64_t i) -> cudaError_t {
     const int64_t n0 = i * nc, cols = std::min(nc, lp.n_pad - n0);
@@ -475,11 +483,10 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
     std::string why;
     const int64_t ncols = std::min(cols, lp.n - n0);
     if (cublas_gemm_rowmajor(int32_t(p.act), m, ncols, kx, xk, buffer(i), cols,
-                             static_cast<char*>(y) + n0 * 2, lp.n, stream, &why))
+                             static_cast<char*>(y) + n0 * 2, lp.n, with_bias, stream, &why))
       return fail(NIBBLE_ERR_DEVICE, msg, cap, "%s", why.c_str());
     if (piped && i + 2 < chunks) NIBBLE_CUDA_TRY(cudaEventRecord(ws.multiplied[i % 2], stream));
   }
-  if (p.bias.p) NIBBLE_CUDA_TRY(launch_add_bias(y, p.bias.p, m, lp.n, p.act, stream));
   return NIBBLE_OK;
 }
 
@@ -503,7 +510,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (int32_t st = device_state(dev, &d, msg, cap)) return st;
     const DeviceFacts facts = device_facts(p, *d);
     const PlanOptions options = current_options();
-    const Plan plan = make_plan(shape_facts(p), facts, options, m);
+    const ShapeFacts shape = shape_facts(p);
+    const Plan plan = make_plan(shape, facts, options, m);
     if (!plan.declined.empty()) return fail(NIBBLE_ERR_UNSUPPORTED, msg, cap, "%s", plan.declined.c_str());
     const KernelDesc& kd = kernel_desc(plan.kernel);
 
@@ -531,7 +539,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
       return apply_cublas(p, xk, kx, m, y->data, options.dense_chunk_mib, options.dense_overlap, ws, stream, msg,
                           cap);
 
-    const KernelInfo& ki = facts.info[plan.kernel];
+    const KernelInfo& ki = kernel_info(kd, facts, shape);
     const bool gemv = kd.family == Family::gemv;
     const size_t part_bytes = gemv
                                   ? (plan.grid > 1 ? size_t(plan.grid) * size_t(m) * size_t(lp.n_pad) * 4 : 4)
@@ -555,7 +563,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     gp.n = int32_t(lp.n);
     gp.strips = lp.strips;
     gp.ku = lp.ku;
-    gp.kt = lp.kt;
+    gp.kt = kernel_stages(kd, shape);
     gp.g_magic = lp.g_magic;
     gp.m_tiles = plan.m_tiles;
     gp.n_tiles = plan.n_tiles;
@@ -569,7 +577,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
                                whole_pass(plan, facts.info[plan.kernel], gp.ku, gp.kx), stream);
         break;
       case Family::mma:
-        e = launch_mma(plan.kernel, p.act, gp, plan.grid, stream);
+        e = launch_mma(plan.kernel, p.act, gp, plan.grid, plan.mma_planes8, stream);
         break;
 #if defined(NIBBLE_CUDA_WGMMA)
       case Family::wgmma:
@@ -608,7 +616,8 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     const DeviceState* d = nullptr;
     if (int32_t st = device_state(p.device, &d, msg, cap)) return st;
     const DeviceFacts facts = device_facts(p, *d);
-    const Plan plan = make_plan(shape_facts(p), facts, current_options(), m);
+    const ShapeFacts shape = shape_facts(p);
+    const Plan plan = make_plan(shape, facts, current_options(), m);
     const KernelDesc& kd = kernel_desc(plan.kernel);
     if (!plan.declined.empty()) return fail(NIBBLE_OK, msg, cap, "declined (%s)", plan.declined.c_str());
     if (kd.family == Family::cublas) {
@@ -620,7 +629,7 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
                   o.dense_overlap && chunks > 1 ? ", each dequantized on a second stream during the previous GEMM"
                                                 : "");
     }
-    const KernelInfo& ki = facts.info[plan.kernel];
+    const KernelInfo& ki = kernel_info(kd, facts, shape);
     if (kd.family == Family::gemv) {
       const std::string prefetch =
           plan.prefetch > 0 ? ", L2 prefetch " + std::to_string(plan.prefetch) + " batches ahead" : "";
@@ -639,10 +648,11 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
       fixup += " (" + std::to_string(wgmma_cooperative_refusals()) +
                " cooperative launches refused in this process: those ran with the last-arrival fix-up)";
 #endif
-    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s)", kd.name,
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s%s)", kd.name,
                 kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm,
                 plan.waves ? "whole waves in raster order, then stream-K," : "stream-K", plan.grid,
-                plan.x_image ? ", x image" : "", plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
+                plan.mma_planes8 ? ", 8-bit planes in one pass" : "", plan.x_image ? ", x image" : "",
+                plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
   });
 }
 
@@ -701,7 +711,7 @@ int32_t dense_apply(const nibble_dense* h, const nibble_tensor* x, nibble_tensor
     if (int32_t st = plugin::check_io(x, "x", d.dtype, d.k, -1, msg, cap)) return st;
     if (int32_t st = plugin::check_io(y, "y", d.dtype, d.n, x->shape[0], msg, cap)) return st;
     std::string why;
-    if (cublas_gemm_rowmajor(d.dtype, x->shape[0], d.n, d.k, x->data, d.w.p, d.n, y->data, d.n,
+    if (cublas_gemm_rowmajor(d.dtype, x->shape[0], d.n, d.k, x->data, d.w.p, d.n, y->data, d.n, false,
                              static_cast<cudaStream_t>(stream), &why))
       return fail(NIBBLE_ERR_DEVICE, msg, cap, "dense baseline: %s", why.c_str());
     return NIBBLE_OK;

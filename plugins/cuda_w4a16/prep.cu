@@ -182,11 +182,9 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class T>
-__global__ void add_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t m, int64_t n) {
+__global__ void fill_bias_kernel(uint16_t* __restrict__ y, const uint16_t* __restrict__ bias, int64_t m, int64_t n) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= m * n) return;
-  y[idx] = Ops<T>::from_float(Ops<T>::to_float(y[idx]) + Ops<T>::to_float(bias[idx % n]));
+  if (idx < m * n) y[idx] = bias[idx % n];
 }
 
 int blocks_for(int64_t threads, int per_block = 256) { return int((threads + per_block - 1) / per_block); }
@@ -278,13 +276,9 @@ cudaError_t launch_dequant_dense_planes8(const void* w, const void* scale_rec, c
   return cudaGetLastError();
 }
 
-cudaError_t launch_add_bias(void* y, const void* bias, int64_t m, int64_t n, Act act, cudaStream_t stream) {
-  if (act == Act::f16)
-    add_bias_kernel<__half><<<blocks_for(m * n), 256, 0, stream>>>(static_cast<__half*>(y),
-                                                                   static_cast<const __half*>(bias), m, n);
-  else
-    add_bias_kernel<__nv_bfloat16><<<blocks_for(m * n), 256, 0, stream>>>(
-        static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(bias), m, n);
+cudaError_t launch_fill_bias(void* y, const void* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  fill_bias_kernel<<<blocks_for(m * n), 256, 0, stream>>>(static_cast<uint16_t*>(y), static_cast<const uint16_t*>(bias),
+                                                          m, n);
   return cudaGetLastError();
 }
 

@@ -321,6 +321,44 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   CHECK(make_plan(shape(8192, 57344), dev.facts(89, false), o, 64).kernel == kS8);
 }
 
+TEST_CASE("8-bit layers whose planes pair up: the mma.sync kernels' one-pass instance over the real K") {
+  FakeDevice dev;
+  KernelInfo info8[kNumKernels]{};
+  for (int i = 0; i < kNumKernels; ++i) info8[i] = dev.info[i];
+  info8[kS4].slots = 2 * 132;  // fewer resident blocks than the two-plane instance's 3 per SM
+  const PlanOptions o;
+  for (int64_t k : {4096, 4160, 96}) {
+    ShapeFacts s = shape(2 * k, 4096);
+    s.bits = 8;
+    s.planes8 = true;
+    s.kt8 = (s.ku + 3) / 4;
+    INFO("K = " << k << ", ku = " << s.ku << ", kt8 = " << s.kt8);
+    CHECK(s.kt8 * 2 * kUnitK >= k);  // the stages cover the real K
+    DeviceFacts f = dev.facts(80, false);
+    f.info8 = info8;
+    PlanOptions forced = o;
+    forced.forced = kS4;
+    const Plan p = make_plan(s, f, forced, 64);
+    REQUIRE(p.declined.empty());
+    CHECK(p.mma_planes8);
+    CHECK(kernel_stages(kernel_desc(kS4), s) == s.kt8);
+    CHECK(&kernel_info(kernel_desc(kS4), f, s) == &info8[kS4]);
+    CHECK(int64_t(p.grid) <= int64_t(p.m_tiles) * p.n_tiles * s.kt8);
+    CHECK(p.grid <= info8[kS4].slots);
+    // The GEMV and wgmma kernels run the planes as they are (their own facts and stages).
+    forced.forced = kV1;
+    CHECK_FALSE(make_plan(s, f, forced, 4).mma_planes8);
+    CHECK(kernel_stages(kernel_desc(kWg64), s) == s.kt);
+    CHECK(&kernel_info(kernel_desc(kWg64), f, s) == &dev.info[kWg64]);
+    // Without the pairing (or at 4 bits) the mma.sync kernels run the plain instance.
+    s.planes8 = false;
+    forced.forced = kS4;
+    const Plan q = make_plan(s, f, forced, 64);
+    CHECK_FALSE(q.mma_planes8);
+    CHECK(int64_t(q.grid) <= int64_t(q.m_tiles) * q.n_tiles * s.kt);
+  }
+}
+
 TEST_CASE("options: each takes what it documents and names what it found otherwise") {
   const FakeDevice dev;
   PlanOptions o;
