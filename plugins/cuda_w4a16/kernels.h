@@ -22,7 +22,7 @@ cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms);
 cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms);
 /// Only on compute capability 9.0 (the wgmma kernels are sm_90a code) and only in builds that
 /// define NIBBLE_CUDA_WGMMA (nvcc_archs names 90).
-cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms);
+cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms);
 
 /// The GEMV variants (kV1, kV2, kV4, kV2u2) on m_tiles x n_tiles x `splits` blocks, `splits`
 /// (<= ku, <= 65535) splitting K. planes8: the layer is an 8-bit layer as nibble planes, with
@@ -36,12 +36,13 @@ cudaError_t launch_gemv_kernel(KernelId id, Act act, const GemmParams& p, int sp
 inline bool gemv_has_planes8(KernelId id, Act act) { return (id == kV1 || id == kV2u2) && act == Act::f16; }
 /// The tiled mma.sync variants (kS1 ... kL) on `grid` blocks, 1 <= grid <= m_tiles * n_tiles * kt.
 /// planes8: the layer is an 8-bit layer as nibble planes whose packed groups pair up (low plane,
-/// then high; planes8_dense_pairs) with zero points, x gathered through the planes' x map, upg =
-/// g_eff / 32 < 2^15; both planes of each code are dequantized in one pass (mma_sync.cu), and p.kt
-/// counts stages of the real K: ceil(p.ku / 4).
+/// then high; planes8_dense_pairs) with zero points and upg = g_eff / 32 < 2^15; both planes of
+/// each code are dequantized in one pass (mma_sync.cu); x is gathered through low_plane_rows
+/// (ku / 2 * 32 columns: p.kx, p.ldx) and p.kt counts stages of that real K: ceil(p.ku / 4).
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream);
-/// The sm_90a wgmma variants (kWg16 ... kWg256) on `grid` persistent stream-K blocks.
-cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream);
+/// The sm_90a wgmma variants (kWg16 ... kWg256) on `grid` persistent stream-K blocks. planes8: as
+/// launch_mma's, and upg even (a stage's two low-plane units adjacent).
+cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream);
 /// How many launches with p.split_fixup the runtime refused as cooperative launches in this
 /// process (each then ran with the last-arrival fix-up instead).
 int wgmma_cooperative_refusals();

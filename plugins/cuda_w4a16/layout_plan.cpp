@@ -157,4 +157,14 @@ bool planes8_dense_pairs(const PlannedLayer& layer, const nibble_linear_spec& re
   return covered == x_k;
 }
 
+std::vector<int32_t> low_plane_rows(const std::vector<int32_t>& x_map, const LayoutPlan& lp) {
+  const int64_t upg = lp.g_eff / kUnitK, units = lp.ku / 2;
+  std::vector<int32_t> out(size_t(units * kUnitK));
+  for (int64_t r = 0; r < units; ++r) {
+    const int64_t unit = r + upg * (r / upg);
+    for (int64_t i = 0; i < kUnitK; ++i) out[size_t(r * kUnitK + i)] = x_map.at(size_t(unit * kUnitK + i));
+  }
+  return out;
+}
+
 }  // namespace nibble::cuda

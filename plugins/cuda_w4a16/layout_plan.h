@@ -66,6 +66,11 @@ int32_t plan_layer(const nibble_linear_spec& s, const nibble_canonical_weights& 
 /// of x in [0, real.k) exactly once (padding rows: -1 in both planes). False for other widths.
 bool planes8_dense_pairs(const PlannedLayer& layer, const nibble_linear_spec& real);
 
+/// For a layer where planes8_dense_pairs holds: the x column of each low-plane row in the order the
+/// tiled kernels' one-pass 8-bit instances walk the real K, [lp.ku / 2 * 32]: real unit r (32 rows)
+/// is packed unit r + upg * (r / upg) (upg = g_eff / 32), whose twin upg units on reads the same x.
+std::vector<int32_t> low_plane_rows(const std::vector<int32_t>& x_map, const LayoutPlan& lp);
+
 /// Checks that every canonical scale is finite and fits the activation dtype (fp16 tops out at
 /// 65504). NIBBLE_OK or NIBBLE_ERR_UNSUPPORTED with the first scale that does not.
 int32_t check_scales(const nibble_linear_spec& s, const void* scales, std::string* why);

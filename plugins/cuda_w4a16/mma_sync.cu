@@ -15,8 +15,8 @@
 // An 8-bit layer is two nibble planes (layout.h): packed group 2g holds the low nibbles of real
 // group g, 2g + 1 the high ones, and both read the same x. The P8 instances walk the real K: a
 // stage is 2 real units, for which they copy the low-plane units and their twins upg units on
-// (4 units per strip), the low plane's scale records and both planes' zero records, and x of the
-// low-plane rows only; each pair of words is dequantized in one pass (Ops<T>::dequant8, one
+// (4 units per strip), the low plane's scale records and both planes' zero records; x is the
+// compact x of the low-plane rows (launch_mma's planes8), read as any x; each pair of words is dequantized in one pass (Ops<T>::dequant8, one
 // rounding per weight) and feeds one mma, so an 8-bit layer costs the mma of a 4-bit one.
 #include "device_ops.cuh"
 #include "kernels.h"
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(WN* WM * 32) w4a16_gemm_kernel(const GemmParam
     for (int c = tid; c < TL::BM * 8; c += TL::kThreads) {
       const int r = c >> 3, c8 = c & 7;
       const int m = mti * TL::BM + r;
-      const int64_t k = P8 ? int64_t((c8 >> 2) ? lu1 : lu0) * kUnitK + (c8 & 3) * 8 : int64_t(kt) * kTileK + c8 * 8;
+      const int64_t k = int64_t(kt) * kTileK + c8 * 8;
       const bool ok = m < p.m && k < p.kx;
       cp_async16(xs + (r * TL::kXPitch + c8 * 8) * 2, ok ? xg + int64_t(m) * p.ldx + k : xg, ok ? 16 : 0);
     }

@@ -267,7 +267,9 @@ PlanOptions options_from_environment() {
   return o;
 }
 
-bool one_pass8(const KernelDesc& d, const ShapeFacts& s) { return d.family == Family::mma && s.planes8; }
+bool one_pass8(const KernelDesc& d, const ShapeFacts& s) {
+  return s.planes8 && (d.family == Family::mma || (d.family == Family::wgmma && s.upg_even));
+}
 
 const KernelInfo& kernel_info(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s) {
   return one_pass8(d, s) && dev.info8 ? dev.info8[d.id] : dev.info[d.id];
@@ -285,6 +287,10 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
   if (d.family == Family::cublas) return dev.cublas ? "" : "cuBLAS cannot be loaded";
   if (sm90a_code(d) && !dev.sm90a_built)
     return std::string("kernel ") + d.name + " is sm_90a code, not in this build (meson option nvcc_archs has no 90)";
+  if (d.family == Family::wgmma && s.bits == 8 && !one_pass8(d, s))
+    return std::string("kernel ") + d.name +
+           " runs 8-bit layers only with both nibble planes in one pass, which needs groups of a multiple of 64 "
+           "rows and the planes paired (two planes apart would round each weight twice)";
   const KernelInfo& ki = kernel_info(d, dev, s);
   if (ki.slots <= 0)
     return std::string("kernel ") + d.name + " cannot be resident on this device (" +
@@ -311,7 +317,7 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
               int64_t m, Plan& plan) {
   if (d.family == Family::cublas) return;
   const KernelInfo& ki = kernel_info(d, dev, s);
-  plan.mma_planes8 = one_pass8(d, s);
+  plan.tiled_planes8 = one_pass8(d, s);
   plan.m_tiles = int32_t((m + ki.bm - 1) / ki.bm);
   plan.n_tiles = int32_t(s.n_pad / ki.bn);
   const int64_t slots = std::max(1, ki.slots);

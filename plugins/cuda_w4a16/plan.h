@@ -73,13 +73,17 @@ struct ShapeFacts {
   int32_t ku = 0, kt = 0;
   int32_t bits = 4;  ///< the real layer's weight width (k, n above are its 4-bit image's)
   /// An 8-bit layer whose nibble planes pair up (planes8_dense_pairs, zero points, upg < 2^15): the
-  /// mma.sync kernels run both planes in one pass over kt8 = ceil(ku / 4) stages of the real K.
+  /// tiled kernels run both planes in one pass over kt8 = ceil(ku / 4) stages of the real K (the
+  /// wgmma kernels only where upg = g_eff / 32 is even: a stage's two low-plane units adjacent;
+  /// they decline other 8-bit layers).
   bool planes8 = false;
+  bool upg_even = false;
   int32_t kt8 = 0;
 };
 
 /// Whether kernel `d` runs `s` as its one-pass 8-bit instance, and that instance's facts and
-/// stages along K (else the kernel's own and s.kt).
+/// stages along K (else the kernel's own and s.kt). The x such an instance reads is the compact
+/// one of the low-plane rows (low_plane_rows), ku / 2 * 32 columns.
 bool one_pass8(const KernelDesc& d, const ShapeFacts& s);
 const KernelInfo& kernel_info(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s);
 int32_t kernel_stages(const KernelDesc& d, const ShapeFacts& s);
@@ -164,7 +168,7 @@ struct Plan {
   bool waves = false;        ///< wgmma: whole waves before a stream-K tail (kWgSchedWaves)
   int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   bool planes8 = false;      ///< GEMV: 8-bit planes in one pass allowed (the layer decides: plugin.cpp)
-  bool mma_planes8 = false;  ///< mma.sync: the one-pass 8-bit instance over kernel_stages() stages
+  bool tiled_planes8 = false;  ///< mma.sync, wgmma: the one-pass 8-bit instance over kernel_stages() stages
   bool whole = false;        ///< GEMV: the unchecked instance allowed (the shape decides: plugin.cpp)
   std::string declined;  ///< non-empty: nothing runs; why (a forced kernel that cannot take the call)
 };

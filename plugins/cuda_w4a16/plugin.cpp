@@ -120,7 +120,7 @@ int32_t device_state(int dev, const DeviceState** out, char* msg, size_t cap) {
     if (d.error == cudaSuccess) d.error = setup_gemv_kernels(d.info, d.sms);
     if (d.error == cudaSuccess) d.error = setup_mma_kernels(d.info, d.info8, d.sms);
 #if defined(NIBBLE_CUDA_WGMMA)
-    if (d.error == cudaSuccess && d.cc == 90) d.error = setup_wgmma_kernels(d.info, d.sms);
+    if (d.error == cudaSuccess && d.cc == 90) d.error = setup_wgmma_kernels(d.info, d.info8, d.sms);
 #endif
     d.ready = true;
   }
@@ -160,6 +160,9 @@ struct Prepared {
   // dequantize + cuBLAS: an 8-bit layer's two planes summed into a dense copy of the real K rows
   // (planes8_dense_pairs), multiplied with x as it is; else the 4-bit image's k_pad rows and x gathered
   bool dense8 = false;
+  // The tiled kernels' one-pass 8-bit instances (ShapeFacts::planes8): x of the low-plane rows
+  // only, [ku / 2 * 32], real unit r's rows at r * 32 (x_map of unit r + upg (r / upg)), or none
+  DeviceBuffer x_map8;
 };
 
 ShapeFacts shape_facts(const Prepared& p) {
@@ -170,7 +173,8 @@ ShapeFacts shape_facts(const Prepared& p) {
   s.ku = p.lp.ku;
   s.kt = p.lp.kt;
   s.bits = p.spec.bits;
-  s.planes8 = p.dense8 && p.zero_rec.p && p.lp.g_eff / kUnitK < (1 << 15);
+  s.planes8 = p.x_map8.p != nullptr && p.lp.g_eff / kUnitK < (1 << 15);
+  s.upg_even = (p.lp.g_eff / kUnitK) % 2 == 0;
   s.kt8 = (p.lp.ku + 3) / 4;
   return s;
 }
@@ -383,6 +387,13 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       NIBBLE_CUDA_TRY(
           cudaMemcpyAsync(p->x_map.p, x_map.data(), x_map.size() * 4, cudaMemcpyHostToDevice, stream));
     }
+    if (p->dense8 && zp) {
+      const std::vector<int32_t> x_map8 = low_plane_rows(x_map, lp);
+      NIBBLE_CUDA_TRY(p->x_map8.alloc(x_map8.size() * 4));
+      NIBBLE_CUDA_TRY(
+          cudaMemcpyAsync(p->x_map8.p, x_map8.data(), x_map8.size() * 4, cudaMemcpyHostToDevice, stream));
+      NIBBLE_CUDA_TRY(cudaStreamSynchronize(stream));  // x_map8 is released at the end of this block
+    }
     if (s->has_bias) {
       NIBBLE_CUDA_TRY(p->bias.alloc(size_t(s->n) * 2));
       NIBBLE_CUDA_TRY(cudaMemcpyAsync(p->bias.p, vw.bias, size_t(s->n) * 2, cudaMemcpyHostToDevice, stream));
@@ -522,16 +533,17 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     // planes gather (columns through the x map, zeros for padding rows); an odd K or pointer only
     // pads.
     // The dense copy of an 8-bit layer (dense8) has the real K rows: x as it is, padded only.
+    // The tiled kernels' one-pass 8-bit instances read x of the low-plane rows only (x_map8).
     const bool dense8 = kd.family == Family::cublas && p.dense8;
     const int64_t k_in = dense8 ? p.x_k : lp.k;
     const void* xk = x->data;
     int64_t ldx = k_in, kx = k_in;
     const bool gather = p.x_map.p != nullptr && !dense8;
+    const int32_t* map = static_cast<const int32_t*>(plan.tiled_planes8 ? p.x_map8.p : p.x_map.p);
     if (gather || (k_in % 8) != 0 || (reinterpret_cast<uintptr_t>(x->data) % 16) != 0) {
-      const int64_t kp = gather ? lp.k_pad : (k_in + 7) / 8 * 8;
+      const int64_t kp = !gather ? (k_in + 7) / 8 * 8 : plan.tiled_planes8 ? lp.ku / 2 * kUnitK : lp.k_pad;
       if (int32_t st = ensure(ws, ws.xbuf, size_t(m) * size_t(kp) * 2, false, stream, msg, cap)) return st;
-      NIBBLE_CUDA_TRY(launch_prep_x(x->data, m, p.x_k, gather ? static_cast<const int32_t*>(p.x_map.p) : nullptr,
-                                    kp, ws.xbuf.p, stream));
+      NIBBLE_CUDA_TRY(launch_prep_x(x->data, m, p.x_k, gather ? map : nullptr, kp, ws.xbuf.p, stream));
       xk = ws.xbuf.p;
       ldx = kx = kp;
     }
@@ -577,20 +589,20 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
                                whole_pass(plan, facts.info[plan.kernel], gp.ku, gp.kx), stream);
         break;
       case Family::mma:
-        e = launch_mma(plan.kernel, p.act, gp, plan.grid, plan.mma_planes8, stream);
+        e = launch_mma(plan.kernel, p.act, gp, plan.grid, plan.tiled_planes8, stream);
         break;
 #if defined(NIBBLE_CUDA_WGMMA)
       case Family::wgmma:
         e = cudaSuccess;
         if (plan.x_image) {
-          const size_t bytes = size_t(plan.m_tiles) * size_t(ki.bm) * size_t(lp.kt) * 128;
+          const size_t bytes = size_t(plan.m_tiles) * size_t(ki.bm) * size_t(gp.kt) * 128;
           if (int32_t st = ensure(ws, ws.ximage, bytes, false, stream, msg, cap)) return st;
-          e = launch_wgmma_x_image(xk, ldx, kx, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ws.ximage.p, stream);
+          e = launch_wgmma_x_image(xk, ldx, kx, int32_t(m), ki.bm, plan.m_tiles, gp.kt, ws.ximage.p, stream);
           gp.x_image = ws.ximage.p;
         }
         gp.w_lsu = plan.w_lsu ? 1 : 0;
         gp.wg_sched = uint8_t((plan.split_fixup ? kWgSchedSplitFixup : 0) | (plan.waves ? kWgSchedWaves : 0));
-        if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, stream);
+        if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, plan.tiled_planes8, stream);
         break;
 #endif
       default:
@@ -651,7 +663,7 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
     return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s%s)", kd.name,
                 kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm,
                 plan.waves ? "whole waves in raster order, then stream-K," : "stream-K", plan.grid,
-                plan.mma_planes8 ? ", 8-bit planes in one pass" : "", plan.x_image ? ", x image" : "",
+                plan.tiled_planes8 ? ", 8-bit planes in one pass" : "", plan.x_image ? ", x image" : "",
                 plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
   });
 }

@@ -241,6 +241,25 @@ TEST_CASE("every width: the packed rows, read through the x map, compute the rea
           }
           REQUIRE_MESSAGE(std::fabs(got - want) <= 1e-12 * mag + 1e-300, "column ", n, ": ", got, " vs ",
                           want);
+          // The tiled kernels' one-pass 8-bit walk (mma_sync.cu, wgmma.cu): real unit r is packed
+          // unit r + upg (r / upg) and its twin upg units on, both multiplied by x of the compact
+          // map's rows r * 32 .. r * 32 + 31 (low_plane_rows).
+          if (s.bits == 8) {
+            constexpr int64_t kUnitK = cuda::kUnitK;
+            const std::vector<int32_t> x8 = cuda::low_plane_rows(layer.x_map, p);
+            REQUIRE(int64_t(x8.size()) == p.ku / 2 * kUnitK);
+            const int64_t upg = p.g_eff / kUnitK;
+            double got8 = 0;
+            for (int64_t r = 0; r < p.ku / 2; ++r)
+              for (int64_t i = 0; i < kUnitK; ++i) {
+                const int64_t lo = (r + upg * (r / upg)) * kUnitK + i, hi = lo + upg * kUnitK;
+                const int32_t xc = x8[std::size_t(r * kUnitK + i)];
+                REQUIRE(p.perm.empty());
+                if (xc >= 0) got8 += x[std::size_t(xc)] * ((lo < vs.k ? w4(lo, n) : 0) + (hi < vs.k ? w4(hi, n) : 0));
+              }
+            REQUIRE_MESSAGE(std::fabs(got8 - want) <= 1e-12 * mag + 1e-300, "column ", n, " (one-pass walk): ",
+                            got8, " vs ", want);
+          }
         }
       }
 }

@@ -279,6 +279,8 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   auto eight = [](int64_t k, int64_t n) {
     ShapeFacts s = shape(2 * k, n);
     s.bits = 8;
+    s.planes8 = s.upg_even = true;  // G = 128, the planes paired: every kernel in one pass
+    s.kt8 = (s.ku + 3) / 4;
     return s;
   };
   CHECK(make_plan(shape(14336, 4096), dev.facts(90, true), o, 384).kernel == kWg128);
@@ -340,21 +342,32 @@ TEST_CASE("8-bit layers whose planes pair up: the mma.sync kernels' one-pass ins
     forced.forced = kS4;
     const Plan p = make_plan(s, f, forced, 64);
     REQUIRE(p.declined.empty());
-    CHECK(p.mma_planes8);
+    CHECK(p.tiled_planes8);
     CHECK(kernel_stages(kernel_desc(kS4), s) == s.kt8);
     CHECK(&kernel_info(kernel_desc(kS4), f, s) == &info8[kS4]);
     CHECK(int64_t(p.grid) <= int64_t(p.m_tiles) * p.n_tiles * s.kt8);
     CHECK(p.grid <= info8[kS4].slots);
-    // The GEMV and wgmma kernels run the planes as they are (their own facts and stages).
+    // The GEMV runs the planes as they are (its own facts and stages).
     forced.forced = kV1;
-    CHECK_FALSE(make_plan(s, f, forced, 4).mma_planes8);
-    CHECK(kernel_stages(kernel_desc(kWg64), s) == s.kt);
-    CHECK(&kernel_info(kernel_desc(kWg64), f, s) == &dev.info[kWg64]);
+    CHECK_FALSE(make_plan(s, f, forced, 4).tiled_planes8);
+    // wgmma: in one pass where a stage's two low-plane units are adjacent (upg even), else declined.
+    DeviceFacts h = dev.facts(90, false);
+    forced.forced = kWg64;
+    s.upg_even = false;
+    CHECK(make_plan(s, h, forced, 64).declined.find("8-bit layers only with both nibble planes in one pass") !=
+          std::string::npos);
+    CHECK(make_plan(s, h, o, 64).kernel != kWg64);  // the automatic choice passes it over
+    s.upg_even = true;
+    const Plan w = make_plan(s, h, forced, 64);
+    REQUIRE(w.declined.empty());
+    CHECK(w.tiled_planes8);
+    CHECK(kernel_stages(kernel_desc(kWg64), s) == s.kt8);
+    CHECK(int64_t(w.grid) <= int64_t(w.m_tiles) * w.n_tiles * s.kt8);
     // Without the pairing (or at 4 bits) the mma.sync kernels run the plain instance.
     s.planes8 = false;
     forced.forced = kS4;
     const Plan q = make_plan(s, f, forced, 64);
-    CHECK_FALSE(q.mma_planes8);
+    CHECK_FALSE(q.tiled_planes8);
     CHECK(int64_t(q.grid) <= int64_t(q.m_tiles) * q.n_tiles * s.kt);
   }
 }

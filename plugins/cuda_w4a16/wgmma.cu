@@ -31,6 +31,13 @@
 // is, a slice each; the bias is added and y written. Launched as a programmatic dependent (PDL), the first stages' weights are requested
 // before the wait for the previous kernel; x, the partials, the counters and y are touched after.
 //
+// 8-bit layers (P8 instances, launch_wgmma's planes8): a stage is 2 units of the real K. Its
+// weight image holds each strip's 2 low-plane units (packed units r + upg (r / upg), adjacent since
+// upg is even) and, kWPlane bytes on, their twins upg units further (2 copies of 1 KiB per strip);
+// the low plane's scale records and both planes' zero records (the high plane's kZPlane bytes on);
+// x is the compact x of the low-plane rows, copied as any x. A consumer dequantizes each pair of
+// words in one pass (Ops<T>::dequant8) into one A fragment.
+//
 // GemmParams::ablate and ::stages (zero in the plugin) select the diagnostics of bench_kernels
 // --wgmma-diag (WgAblate in kernel_params.h): the consumer modes as separate instances
 // (launch_wgmma_diag), everything else as run-time branches outside the consumers' wgmma loop.
@@ -53,7 +60,9 @@ constexpr int kWgXThreads = 96;    // producer warps 1-3
 // With GemmParams::w_lsu warps 1-2 copy a stage's weights (a strip's 1 KiB is 64 chunks of 16
 // bytes: chunk `lane` of every strip) and warp 3 its records (2 units x strips x (64 bytes of
 // scales + 32 of zero points): 96 chunks for 8 strips, 48 for 4; up to 3 per lane).
-static_assert(kWgUnitsPerStage * 512 / 16 == 64 && kWgUnitsPerStage * kWgStrips * (64 + 32) / 16 <= 96,
+// P8: 2 KiB per strip (both planes: 2 chunks per thread of warps 1-2) and the records of both
+// planes' zero points (2 x (4 + 2 + 2) x 8 chunks = 128: 4 per lane).
+static_assert(kWgUnitsPerStage * 512 / 16 == 64 && kWgUnitsPerStage * kWgStrips * (64 + 2 * 32) / 16 <= 128,
               "w_lsu: the chunk split of warps 1-3");
 // 56 x 128 + 224 x 256 = 64512 of the SM's 65536 registers.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
@@ -64,19 +73,22 @@ constexpr int kEpilogueBarrier = 1;     // named barrier of the consumer threads
 // one strip, both its n16 halves (two m64nBM accumulators). BM 256: BN 128 (4 strips), each
 // consumer warp one n16 half of a strip (warpgroup g half g of strips 0-3: one m64n256
 // accumulator), so a dequantized fragment feeds 256 rows instead of 128 (wgmma_layout.h).
-template <int BM>
+template <int BM, bool P8 = false>
 struct WgTile {
   static_assert(BM % 16 == 0 && BM >= 16 && (BM <= 128 || BM == 256), "wgmma n = BM: 16 ... 128, or 256");
+  static constexpr int kPlanes = P8 ? 2 : 1;  // planes of weights and zero records per stage
   static constexpr int kBN = BM > 128 ? 128 : kWgBN;
   static constexpr int kStrips = kBN / kStripN;
   static constexpr int kHalves = kStrips == kWgStrips ? 2 : 1;  // n16 halves of its strip per consumer warp
   static constexpr int kXBytes = BM * kWgXRowBytes;  // a multiple of 1024: swizzle atoms stay aligned
-  static constexpr int kWBytes = kStrips * kWgUnitsPerStage * 512;
+  static constexpr int kWPlane = kStrips * kWgUnitsPerStage * 512;
+  static constexpr int kWBytes = kWPlane * kPlanes;
   // Record images keep the 8-strip unit stride of wg_s_offset / wg_z_offset; a stage copies
   // kStrips strips' records per unit.
   static constexpr int kSBytes = kWgUnitsPerStage * kWgStrips * 64;
-  static constexpr int kZBytes = kWgUnitsPerStage * kWgStrips * 32;
-  static constexpr int kSCopy = kWgUnitsPerStage * kStrips * 64, kZCopy = kWgUnitsPerStage * kStrips * 32;
+  static constexpr int kZPlane = kWgUnitsPerStage * kWgStrips * 32;
+  static constexpr int kZBytes = kZPlane * kPlanes;
+  static constexpr int kSCopy = kWgUnitsPerStage * kStrips * 64, kZCopy = kWgUnitsPerStage * kStrips * 32;  // per plane
   static constexpr int kStageBytes = kXBytes + kWBytes + kSBytes + kZBytes;
   static constexpr int kFixed = 1024 + 2 * 16 * 8 + 128;  // alignment slack, barriers, static smem
   static constexpr int kStages = std::min(16, (kSmemLimit - kFixed) / kStageBytes);
@@ -96,9 +108,9 @@ constexpr int kModeFull = 0, kModeNone = kWgNoDequant | kWgNoMma;
 constexpr int kModeSplit = 1 << 14;
 static_assert((kModeSplit & (kWgConsumerBits | kModeNone)) == 0, "kModeSplit: a bit of its own");
 
-template <class T, int BM, int kMode>
+template <class T, int BM, int kMode, bool P8 = false>
 __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmParams p) {
-  using TL = WgTile<BM>;
+  using TL = WgTile<BM, P8>;
   using O = Ops<T>;
   constexpr bool kSplit = (kMode & kModeSplit) != 0;
   // Stages of the ring: all that fit, or fewer for the diagnostics (the images stay where they are).
@@ -135,6 +147,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const bool w_lsu = p.w_lsu != 0;               // weights and records by warps 1-3, not bulk copies
   const bool x_warps = !x_image || w_lsu;        // warps 1-3 copy something
   const int consumers = (ab & kWgOneWg) ? kWgConsumers / 2 : kWgConsumers;  // threads that consume
+  // The first packed unit of stage kt (P8: the low plane's, its twin upg units on), and the
+  // distance to the twin's records (the next packed group): P8 only.
+  const int upg = !P8 || p.g_magic == 0 ? 1 : int((uint64_t(1) << 32) / (p.g_magic - 1));
+  auto stage_unit = [&](int kt) { return P8 ? 2 * kt + upg * unit_group(2 * kt, p.g_magic) : 2 * kt; };
 
   if (tid == 0) {
     s_sk = wg_tail(blockIdx.x, nblocks, tiles, KT, (p.wg_sched & kWgSchedWaves) != 0);
@@ -158,7 +174,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       const bool load_w = !(ab & kWgNoW) && !w_lsu, load_x = x_image && !(ab & kWgNoX);
       const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
       const uint32_t tx =
-          (load_w ? TL::kWBytes + TL::kSCopy + (zp ? TL::kZCopy : 0) : 0) + (load_x ? TL::kXBytes : 0);
+          (load_w ? TL::kWBytes + TL::kSCopy + (zp ? TL::kZCopy * TL::kPlanes : 0) : 0) + (load_x ? TL::kXBytes : 0);
       // With the x image, x is one more bulk copy per stage; those of the first stages go out after
       // the wait for the previous kernel (which may write x), their weights before it.
       auto copy_x = [&](int s, int t, int kt) {
@@ -180,22 +196,27 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         if (load_w) {
           int mti, nti;
           coords(t, &mti, &nti);
+          const int u0 = stage_unit(kt);
           const auto* w =
-              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 512;
+              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + u0) * 512;
 #pragma unroll
-          for (int j = 0; j < TL::kStrips; ++j)
-            bulk_copy(sw + s * TL::kWBytes + wg_w_offset(j, 0, 0), w + int64_t(j) * p.ku * 512, 1024, bar,
-                      w_policy);
+          for (int pl = 0; pl < TL::kPlanes; ++pl)
+#pragma unroll
+            for (int j = 0; j < TL::kStrips; ++j)
+              bulk_copy(sw + s * TL::kWBytes + pl * TL::kWPlane + wg_w_offset(j, 0, 0),
+                        w + (int64_t(j) * p.ku + pl * upg) * 512, 1024, bar, w_policy);
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
             const int64_t rec =
-                int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
+                int64_t(unit_group(u0 + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
             bulk_copy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0),
                       static_cast<const unsigned char*>(p.scale_rec) + rec * 64, TL::kStrips * 64, bar,
                       r_policy);
             if (zp)
-              bulk_copy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0), p.zero_rec + rec * 32, TL::kStrips * 32,
-                        bar, r_policy);
+#pragma unroll
+              for (int pl = 0; pl < TL::kPlanes; ++pl)
+                bulk_copy(sz + s * TL::kZBytes + pl * TL::kZPlane + wg_z_offset(u, 0, 0),
+                          p.zero_rec + (rec + pl * p.strips) * 32, TL::kStrips * 32, bar, r_policy);
           }
         } else if (!load_x) {
           mbar_arrive(bar);
@@ -243,29 +264,37 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         // Warps 1-2: chunk xt (16 bytes) of each of the stage's strips (a strip's stage is 2 units,
         // 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
         // (4 scale + 2 zero-point chunks per strip), up to 3 per lane.
+        const int u0 = stage_unit(kt);
         if (xt < 64) {
           const unsigned char* w = static_cast<const unsigned char*>(p.w) +
-                                   (int64_t(nti) * TL::kStrips * p.ku + 2 * kt) * 512 + 16 * xt;
+                                   (int64_t(nti) * TL::kStrips * p.ku + u0) * 512 + 16 * xt;
           const uint32_t dw = sw + s * TL::kWBytes + 16 * xt;
 #pragma unroll
-          for (int j = 0; j < TL::kStrips; ++j, w += int64_t(p.ku) * 512)
-            cp_async16_policy(dw + wg_w_offset(j, 0, 0), w, w_policy);
-        } else {
-          constexpr int kSc = TL::kStrips * 4, kZc = TL::kStrips * 2;  // chunks per unit
+          for (int pl = 0; pl < TL::kPlanes; ++pl)
 #pragma unroll
-          for (int i = 0; i < 3; ++i) {
+            for (int j = 0; j < TL::kStrips; ++j)
+              cp_async16_policy(dw + pl * TL::kWPlane + wg_w_offset(j, 0, 0),
+                                w + (int64_t(j) * p.ku + pl * upg) * 512, w_policy);
+        } else {
+          // Chunks per unit: scale records, then each plane's zero-point records.
+          constexpr int kSc = TL::kStrips * 4, kZc = TL::kStrips * 2 * TL::kPlanes, kZp = TL::kStrips * 2;
+          constexpr int kChunks = kWgUnitsPerStage * (kSc + kZc), kPerLane = (kChunks + 31) / 32;
+#pragma unroll
+          for (int i = 0; i < kPerLane; ++i) {
             const int rc = xt - 64 + 32 * i;  // scale chunks first, then zero-point chunks
-            if (rc >= kWgUnitsPerStage * (kSc + kZc)) break;
+            if (rc >= kChunks) break;
             const bool sc = rc < kWgUnitsPerStage * kSc;
             const int rz = rc - kWgUnitsPerStage * kSc;
             const int u = sc ? rc / kSc : rz / kZc, c = sc ? rc % kSc : rz % kZc;
-            const int64_t rec = int64_t(unit_group(2 * kt + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
-            if (sc)
+            const int64_t rec = int64_t(unit_group(u0 + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
+            if (sc) {
               cp_async16_policy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0) + 16 * c,
                                 static_cast<const unsigned char*>(p.scale_rec) + rec * 64 + 16 * c, r_policy);
-            else if (zp)
-              cp_async16_policy(sz + s * TL::kZBytes + wg_z_offset(u, 0, 0) + 16 * c,
-                                p.zero_rec + rec * 32 + 16 * c, r_policy);
+            } else if (zp) {
+              const int pl = c / kZp, cz = c % kZp;  // plane pl's records: the next packed group's
+              cp_async16_policy(sz + s * TL::kZBytes + pl * TL::kZPlane + wg_z_offset(u, 0, 0) + 16 * cz,
+                                p.zero_rec + (rec + pl * p.strips) * 32 + 16 * cz, r_policy);
+            }
           }
         }
       }
@@ -523,6 +552,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
             const uint4 q =
                 *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + wg_w_offset(strip, u, lane));
             const uint32_t qw[2][2] = {{q.x, q.y}, {q.z, q.w}};
+            // P8: the twins' words (the high plane), the same positions kWPlane bytes on.
+            uint4 qh = q;
+            if constexpr (P8)
+              qh = *reinterpret_cast<const uint4*>(w_img + s * TL::kWBytes + TL::kWPlane + wg_w_offset(strip, u, lane));
+            [[maybe_unused]] const uint32_t qhw[2][2] = {{qh.x, qh.y}, {qh.z, qh.w}};
             if constexpr (kDequant) {
               const uint2 sr =
                   *reinterpret_cast<const uint2*>(s_img + s * TL::kSBytes + wg_s_offset(u, strip, gid));
@@ -533,15 +567,26 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               // byte r of zb. A warp with one half takes its pair and bytes to the front.
               const uint32_t sh[2] = {TL::kHalves == 2 || half0 == 0 ? sr.x : sr.y, sr.y};
               if (TL::kHalves == 1) zb >>= 16 * half0;
-              uint32_t nz[4];
-              O::zero_codes(zb, nz);
+              uint32_t nz[P8 ? 8 : 4];
+              if constexpr (P8) {
+                uint32_t zbh = *reinterpret_cast<const uint32_t*>(z_img + s * TL::kZBytes + TL::kZPlane +
+                                                                  wg_z_offset(u, strip, gid));
+                if (TL::kHalves == 1) zbh >>= 16 * half0;
+                O::zero_codes_pair(zb, zbh, nz);
+              } else {
+                O::zero_codes(zb, nz);
+              }
 #pragma unroll
               for (int nt = 0; nt < TL::kHalves; ++nt) {
                 const uint32_t s_lo = prmt(sh[nt], sh[nt], 0x1010u), s_hi = prmt(sh[nt], sh[nt], 0x3232u);
 #pragma unroll
-                for (int ks = 0; ks < 2; ++ks)
-                  O::dequant(TL::kHalves == 2 ? qw[ks][nt] : (half0 ? qw[ks][1] : qw[ks][0]), s_lo, s_hi, nz[2 * nt],
-                             nz[2 * nt + 1], a[ks][nt]);
+                for (int ks = 0; ks < 2; ++ks) {
+                  const int wsel = TL::kHalves == 2 ? nt : half0;  // the word's n16 half
+                  if constexpr (P8)
+                    O::dequant8(qw[ks][wsel], qhw[ks][wsel], s_lo, s_hi, nz, 2 * nt, a[ks][nt]);
+                  else
+                    O::dequant(qw[ks][wsel], s_lo, s_hi, nz[2 * nt], nz[2 * nt + 1], a[ks][nt]);
+                }
               }
             } else {
               // The packed words themselves as A fragments: the shared load stays, the
@@ -597,20 +642,20 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   consume(std::integral_constant<int, kMode>{});
 }
 
-template <class T, int BM, int kMode>
+template <class T, int BM, int kMode, bool P8 = false>
 cudaError_t set_smem_limit() {
-  return cudaFuncSetAttribute(w4a16_wgmma_kernel<T, BM, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              WgTile<BM>::kSmem);
+  return cudaFuncSetAttribute(w4a16_wgmma_kernel<T, BM, kMode, P8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              WgTile<BM, P8>::kSmem);
 }
 
-template <class T, int BM>
+template <class T, int BM, bool P8>
 cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
-  using TL = WgTile<BM>;
-  cudaError_t e = set_smem_limit<T, BM, kModeFull>();
-  if (e == cudaSuccess) e = set_smem_limit<T, BM, kModeFull | kModeSplit>();
+  using TL = WgTile<BM, P8>;
+  cudaError_t e = set_smem_limit<T, BM, kModeFull, P8>();
+  if (e == cudaSuccess) e = set_smem_limit<T, BM, kModeFull | kModeSplit, P8>();
   if (e != cudaSuccess) return e;
   int per_sm = 0;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_wgmma_kernel<T, BM, kModeFull>, kWgThreads,
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_wgmma_kernel<T, BM, kModeFull, P8>, kWgThreads,
                                                     TL::kSmem);
   if (e != cudaSuccess) return e;
   info = KernelInfo{name, TL::kBN, BM, kWgThreads, TL::kSmem, per_sm * sms, kWgUnitsPerStage};
@@ -619,9 +664,9 @@ cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
 
 std::atomic<int> g_cooperative_refusals{0};
 
-template <class T, int BM, int kMode>
+template <class T, int BM, int kMode, bool P8 = false>
 cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
-  using TL = WgTile<BM>;
+  using TL = WgTile<BM, P8>;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(grid));
   cfg.blockDim = dim3(kWgThreads);
@@ -640,14 +685,14 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
       // under MPS, too many blocks). Refused, the same call runs with the last-arrival fix-up.
       attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
       attrs[cfg.numAttrs++].val.cooperative = 1;
-      const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kModeFull | kModeSplit>, p);
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kModeFull | kModeSplit, P8>, p);
       if (e == cudaSuccess) return e;
       (void)cudaGetLastError();  // the refusal is not sticky; clear it before the second launch
       g_cooperative_refusals.fetch_add(1, std::memory_order_relaxed);
       --cfg.numAttrs;
     }
   }
-  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode>, p);
+  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode, P8>, p);
 }
 
 //                                   BM
@@ -672,11 +717,13 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms) {
+cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms) {
   cudaError_t e = cudaSuccess;
-#define NIBBLE_SETUP_WG(id, BM)                                                                        \
-  if ((e = setup_wg<__half, BM>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
-  if ((e = setup_wg<__nv_bfloat16, BM>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
+#define NIBBLE_SETUP_WG(id, BM)                                                                              \
+  if ((e = setup_wg<__half, BM, false>(info[0][id], kKernelNames[id], sms)) != cudaSuccess) return e;        \
+  if ((e = setup_wg<__nv_bfloat16, BM, false>(info[1][id], kKernelNames[id], sms)) != cudaSuccess) return e; \
+  if ((e = setup_wg<__half, BM, true>(info8[0][id], kKernelNames[id], sms)) != cudaSuccess) return e;        \
+  if ((e = setup_wg<__nv_bfloat16, BM, true>(info8[1][id], kKernelNames[id], sms)) != cudaSuccess) return e;
   NIBBLE_CUDA_WGMMA_VARIANTS(NIBBLE_SETUP_WG)
 #undef NIBBLE_SETUP_WG
   return cudaSuccess;
@@ -684,10 +731,13 @@ cudaError_t setup_wgmma_kernels(KernelInfo (*info)[kNumKernels], int sms) {
 
 int wgmma_cooperative_refusals() { return g_cooperative_refusals.load(std::memory_order_relaxed); }
 
-cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream) {
-#define NIBBLE_LAUNCH_WG(kid, BM)                                              \
-  case kid:                                                                    \
-    return act == Act::f16 ? launch_wg<__half, BM, kModeFull>(p, grid, stream) \
+cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream) {
+#define NIBBLE_LAUNCH_WG(kid, BM)                                                                              \
+  case kid:                                                                                                    \
+    if (planes8)                                                                                               \
+      return act == Act::f16 ? launch_wg<__half, BM, kModeFull, true>(p, grid, stream)                         \
+                             : launch_wg<__nv_bfloat16, BM, kModeFull, true>(p, grid, stream);                 \
+    return act == Act::f16 ? launch_wg<__half, BM, kModeFull>(p, grid, stream)                                 \
                            : launch_wg<__nv_bfloat16, BM, kModeFull>(p, grid, stream);
   switch (id) {
     NIBBLE_CUDA_WGMMA_VARIANTS(NIBBLE_LAUNCH_WG)
@@ -709,7 +759,7 @@ cudaError_t setup_wgmma_diag() {
 
 cudaError_t launch_wgmma_diag(KernelId id, Act act, const GemmParams& p, int grid, cudaStream_t stream) {
   const int mode = p.ablate & kWgConsumerBits;
-  if (mode == kModeFull) return launch_wgmma(id, act, p, grid, stream);
+  if (mode == kModeFull) return launch_wgmma(id, act, p, grid, false, stream);
   if (act != Act::f16) return cudaErrorNotSupported;
 #define NIBBLE_DIAG_LAUNCH_MODE(BM, m) \
   if (mode == (m)) return launch_wg<__half, BM, m>(p, grid, stream);
