@@ -1,12 +1,12 @@
 #!/bin/bash
 # Device call 1 of 2026-12-07 (fifth session), after two accuracy fixes for bf16 with outlier
-# activations: the dense path's bias as cuBLAS's C operand (y rounded once), and the mma.sync
-# kernels' one-pass 8-bit instances (both nibble planes of a code dequantized together, rounded
-# once; half the mma of two planes).
+# activations: the dense path's bias as cuBLAS's C operand (y rounded once), and the tiled
+# kernels' one-pass 8-bit instances (mma.sync and wgmma: both nibble planes of a code dequantized
+# together, rounded once; half the mma of two planes).
 #   1. gpu_check.sh correctness only (every kernel forced, the automatic choice with and without
 #      PDL, CUDA graphs, the fixtures; the conformance suite has the outlier rows);
-#   2. 8-bit layers, bf16 and fp16: s4, s8, l (one pass) against wg64, wg128 (two planes) and the
-#      automatic choice at M = 16-256 (nibble bench --bits 8 --asym, each kernel forced);
+#   2. 8-bit layers, bf16 and fp16: s4, s8, l, wg64, wg128 (all one pass now) and the automatic
+#      choice at M = 16-256 (nibble bench --bits 8 --asym, each kernel forced);
 #   3. the peers table: nibble bench through the automatic choice, fp16, M = 1-4096 on the 8
 #      shapes, cuBLAS dense beside it (docs/bench/h200-2026-12-02/peers.py).
 # Bundle: plugins/cuda_w4a16/gpu_check.sh bundle; xz of cuda_w4a16.so and bench_kernels; this
