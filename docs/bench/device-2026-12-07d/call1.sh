@@ -42,7 +42,7 @@ done
 tar -czf "$OUT/b8.tar.gz" -C "$OUT" $(cd "$OUT" && ls b8_*.json) && rm -f "$OUT"/b8_*.json
 say "== 3. bench f16 through the automatic choice ($((SECONDS - T0)) s)"
 (( SECONDS - T0 < 420 )) && {
-  NIBBLE_PLUGIN_PATH=$P timeout $((560 - (SECONDS - T0))) "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
+  NIBBLE_PLUGIN_PATH=$P timeout $((500 - (SECONDS - T0))) "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
     --m 1,2,4,8,16,32,64,128,256,512,1024,4096 --dtype f16 --budget 0.1 --json "$OUT/bench_f16.json" \
     > "$STD/bench_f16.txt" 2>&1
   say "   exit $? after $((SECONDS - T0)) s"
