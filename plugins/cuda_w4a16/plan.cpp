@@ -268,7 +268,7 @@ PlanOptions options_from_environment() {
 }
 
 bool one_pass8(const KernelDesc& d, const ShapeFacts& s) {
-  return s.planes8 && (d.family == Family::mma || (d.family == Family::wgmma && s.upg_even));
+  return s.planes8 && (d.family == Family::mma || d.family == Family::wgmma);
 }
 
 const KernelInfo& kernel_info(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s) {
@@ -289,8 +289,8 @@ std::string decline_reason(const KernelDesc& d, const DeviceFacts& dev, const Sh
     return std::string("kernel ") + d.name + " is sm_90a code, not in this build (meson option nvcc_archs has no 90)";
   if (d.family == Family::wgmma && s.bits == 8 && !one_pass8(d, s))
     return std::string("kernel ") + d.name +
-           " runs 8-bit layers only with both nibble planes in one pass, which needs groups of a multiple of 64 "
-           "rows and the planes paired (two planes apart would round each weight twice)";
+           " runs 8-bit layers only with both nibble planes in one pass, which needs the planes paired and zero "
+           "points (two planes apart would round each weight twice)";
   const KernelInfo& ki = kernel_info(d, dev, s);
   if (ki.slots <= 0)
     return std::string("kernel ") + d.name + " cannot be resident on this device (" +

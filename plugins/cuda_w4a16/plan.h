@@ -74,10 +74,8 @@ struct ShapeFacts {
   int32_t bits = 4;  ///< the real layer's weight width (k, n above are its 4-bit image's)
   /// An 8-bit layer whose nibble planes pair up (planes8_dense_pairs, zero points, upg < 2^15): the
   /// tiled kernels run both planes in one pass over kt8 = ceil(ku / 4) stages of the real K (the
-  /// wgmma kernels only where upg = g_eff / 32 is even: a stage's two low-plane units adjacent;
-  /// they decline other 8-bit layers).
+  /// wgmma kernels decline 8-bit layers without it).
   bool planes8 = false;
-  bool upg_even = false;
   int32_t kt8 = 0;
 };
 

@@ -174,7 +174,6 @@ ShapeFacts shape_facts(const Prepared& p) {
   s.kt = p.lp.kt;
   s.bits = p.spec.bits;
   s.planes8 = p.x_map8.p != nullptr && p.lp.g_eff / kUnitK < (1 << 15);
-  s.upg_even = (p.lp.g_eff / kUnitK) % 2 == 0;
   s.kt8 = (p.lp.ku + 3) / 4;
   return s;
 }

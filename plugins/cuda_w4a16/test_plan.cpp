@@ -279,7 +279,7 @@ TEST_CASE("a forced kernel runs every call it can take and declines the others w
   auto eight = [](int64_t k, int64_t n) {
     ShapeFacts s = shape(2 * k, n);
     s.bits = 8;
-    s.planes8 = s.upg_even = true;  // G = 128, the planes paired: every kernel in one pass
+    s.planes8 = true;  // the planes paired: every tiled kernel in one pass
     s.kt8 = (s.ku + 3) / 4;
     return s;
   };
@@ -350,14 +350,14 @@ TEST_CASE("8-bit layers whose planes pair up: the mma.sync kernels' one-pass ins
     // The GEMV runs the planes as they are (its own facts and stages).
     forced.forced = kV1;
     CHECK_FALSE(make_plan(s, f, forced, 4).tiled_planes8);
-    // wgmma: in one pass where a stage's two low-plane units are adjacent (upg even), else declined.
+    // wgmma: in one pass too, and 8-bit layers without the pairing declined with the reason.
     DeviceFacts h = dev.facts(90, false);
     forced.forced = kWg64;
-    s.upg_even = false;
+    s.planes8 = false;
     CHECK(make_plan(s, h, forced, 64).declined.find("8-bit layers only with both nibble planes in one pass") !=
           std::string::npos);
     CHECK(make_plan(s, h, o, 64).kernel != kWg64);  // the automatic choice passes it over
-    s.upg_even = true;
+    s.planes8 = true;
     const Plan w = make_plan(s, h, forced, 64);
     REQUIRE(w.declined.empty());
     CHECK(w.tiled_planes8);

@@ -32,8 +32,9 @@
 // before the wait for the previous kernel; x, the partials, the counters and y are touched after.
 //
 // 8-bit layers (P8 instances, launch_wgmma's planes8): a stage is 2 units of the real K. Its
-// weight image holds each strip's 2 low-plane units (packed units r + upg (r / upg), adjacent since
-// upg is even) and, kWPlane bytes on, their twins upg units further (2 copies of 1 KiB per strip);
+// weight image holds each strip's 2 low-plane units (packed units r + upg (r / upg): one 1 KiB
+// copy where they are adjacent, else two of 512 bytes) and, kWPlane bytes on, their twins upg
+// units further;
 // the low plane's scale records and both planes' zero records (the high plane's kZPlane bytes on);
 // x is the compact x of the low-plane rows, copied as any x. A consumer dequantizes each pair of
 // words in one pass (Ops<T>::dequant8) into one A fragment.
@@ -147,10 +148,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   const bool w_lsu = p.w_lsu != 0;               // weights and records by warps 1-3, not bulk copies
   const bool x_warps = !x_image || w_lsu;        // warps 1-3 copy something
   const int consumers = (ab & kWgOneWg) ? kWgConsumers / 2 : kWgConsumers;  // threads that consume
-  // The first packed unit of stage kt (P8: the low plane's, its twin upg units on), and the
-  // distance to the twin's records (the next packed group): P8 only.
+  // Packed unit of unit u (0, 1) of stage kt. P8: the low plane's unit of real unit r = 2 kt + u,
+  // r + upg (r / upg) (its twin upg units on); a second unit past the real K (ku / 2 odd) reads
+  // the first again, which x, zero there, cancels.
   const int upg = !P8 || p.g_magic == 0 ? 1 : int((uint64_t(1) << 32) / (p.g_magic - 1));
-  auto stage_unit = [&](int kt) { return P8 ? 2 * kt + upg * unit_group(2 * kt, p.g_magic) : 2 * kt; };
+  auto stage_unit = [&](int kt, int u) {
+    if constexpr (!P8) return 2 * kt + u;
+    const int r = 2 * kt + u < p.ku / 2 ? 2 * kt + u : 2 * kt;
+    return r + upg * unit_group(r, p.g_magic);
+  };
 
   if (tid == 0) {
     s_sk = wg_tail(blockIdx.x, nblocks, tiles, KT, (p.wg_sched & kWgSchedWaves) != 0);
@@ -196,19 +202,27 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         if (load_w) {
           int mti, nti;
           coords(t, &mti, &nti);
-          const int u0 = stage_unit(kt);
-          const auto* w =
-              static_cast<const unsigned char*>(p.w) + (int64_t(nti) * TL::kStrips * p.ku + u0) * 512;
+          // A strip's two units in one 1 KiB copy where they are adjacent (always without P8),
+          // else one copy each (the same bytes on the barrier).
+          const int u0 = stage_unit(kt, 0), u1 = stage_unit(kt, 1);
+          const auto* w = static_cast<const unsigned char*>(p.w) + int64_t(nti) * TL::kStrips * p.ku * 512;
 #pragma unroll
           for (int pl = 0; pl < TL::kPlanes; ++pl)
 #pragma unroll
-            for (int j = 0; j < TL::kStrips; ++j)
-              bulk_copy(sw + s * TL::kWBytes + pl * TL::kWPlane + wg_w_offset(j, 0, 0),
-                        w + (int64_t(j) * p.ku + pl * upg) * 512, 1024, bar, w_policy);
+            for (int j = 0; j < TL::kStrips; ++j) {
+              const uint32_t dst = sw + s * TL::kWBytes + pl * TL::kWPlane + wg_w_offset(j, 0, 0);
+              const auto* src = w + (int64_t(j) * p.ku + pl * upg) * 512;
+              if (u1 == u0 + 1) {
+                bulk_copy(dst, src + int64_t(u0) * 512, 1024, bar, w_policy);
+              } else {
+                bulk_copy(dst, src + int64_t(u0) * 512, 512, bar, w_policy);
+                bulk_copy(dst + 512, src + int64_t(u1) * 512, 512, bar, w_policy);
+              }
+            }
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
             const int64_t rec =
-                int64_t(unit_group(u0 + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
+                int64_t(unit_group(u ? u1 : u0, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
             bulk_copy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0),
                       static_cast<const unsigned char*>(p.scale_rec) + rec * 64, TL::kStrips * 64, bar,
                       r_policy);
@@ -264,10 +278,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         // Warps 1-2: chunk xt (16 bytes) of each of the stage's strips (a strip's stage is 2 units,
         // 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
         // (4 scale + 2 zero-point chunks per strip), up to 3 per lane.
-        const int u0 = stage_unit(kt);
+        const int u0 = stage_unit(kt, 0), u1 = stage_unit(kt, 1);
         if (xt < 64) {
+          // Chunk xt of a strip's 1 KiB: unit xt / 32, 16 bytes (xt % 32) into it.
           const unsigned char* w = static_cast<const unsigned char*>(p.w) +
-                                   (int64_t(nti) * TL::kStrips * p.ku + u0) * 512 + 16 * xt;
+                                   (int64_t(nti) * TL::kStrips * p.ku + (xt < 32 ? u0 : u1)) * 512 + 16 * (xt & 31);
           const uint32_t dw = sw + s * TL::kWBytes + 16 * xt;
 #pragma unroll
           for (int pl = 0; pl < TL::kPlanes; ++pl)
@@ -286,7 +301,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
             const bool sc = rc < kWgUnitsPerStage * kSc;
             const int rz = rc - kWgUnitsPerStage * kSc;
             const int u = sc ? rc / kSc : rz / kZc, c = sc ? rc % kSc : rz % kZc;
-            const int64_t rec = int64_t(unit_group(u0 + u, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
+            const int64_t rec = int64_t(unit_group(u ? u1 : u0, p.g_magic)) * p.strips + int64_t(nti) * TL::kStrips;
             if (sc) {
               cp_async16_policy(ss + s * TL::kSBytes + wg_s_offset(u, 0, 0) + 16 * c,
                                 static_cast<const unsigned char*>(p.scale_rec) + rec * 64 + 16 * c, r_policy);
