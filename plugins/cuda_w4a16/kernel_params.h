@@ -68,7 +68,8 @@ struct GemmParams {
   int32_t m, n;       // rows of x and y; output features written (n <= strips * 32)
   int32_t strips;     // N_pad / 32
   int32_t ku;         // K_pad / 32 (units along K)
-  int32_t kt;         // K_pad / 64 (pipeline stages along K)
+  int32_t kt;         // K_pad / 64 (pipeline stages along K); the one-pass 8-bit instances:
+                      // ceil(ku / 4), stages of the real K
   uint32_t g_magic;   // group of k-unit u = u / upg (upg = g_eff / 32 units per group) computed
                       // as __umulhi(u, g_magic) with g_magic = floor(2^32 / upg) + 1, exact for
                       // u * upg < 2^32 (layout_plan.cpp checks); g_magic = 0 means upg = 1

@@ -18,7 +18,9 @@ inline constexpr const char* kKernelNames[kNumKernels] = {"s1", "s2",   "s4",   
 /// Kernel setup of each file on the current device: shared-memory limits, tiles and occupancy
 /// into info[act][id] (act 0: f16, 1: bf16) for the kernels of that file. `sms` = SM count.
 cudaError_t setup_gemv_kernels(KernelInfo (*info)[kNumKernels], int sms);
-/// The mma.sync file also fills info8[act][id] for its one-pass 8-bit instances (launch_mma's planes8).
+/// The mma.sync and wgmma files also fill info8[act][id] for their one-pass 8-bit instances
+/// (launch_mma's and launch_wgmma's planes8). A tile that cannot be resident on the device gets
+/// slots = 0 (the plan then declines it with the reason), not an error.
 cudaError_t setup_mma_kernels(KernelInfo (*info)[kNumKernels], KernelInfo (*info8)[kNumKernels], int sms);
 /// Only on compute capability 9.0 (the wgmma kernels are sm_90a code) and only in builds that
 /// define NIBBLE_CUDA_WGMMA (nvcc_archs names 90).
@@ -41,7 +43,7 @@ inline bool gemv_has_planes8(KernelId id, Act act) { return (id == kV1 || id == 
 /// (ku / 2 * 32 columns: p.kx, p.ldx) and p.kt counts stages of that real K: ceil(p.ku / 4).
 cudaError_t launch_mma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream);
 /// The sm_90a wgmma variants (kWg16 ... kWg256) on `grid` persistent stream-K blocks. planes8: as
-/// launch_mma's, and upg even (a stage's two low-plane units adjacent).
+/// launch_mma's.
 cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, bool planes8, cudaStream_t stream);
 /// How many launches with p.split_fixup the runtime refused as cooperative launches in this
 /// process (each then ran with the last-arrival fix-up instead).

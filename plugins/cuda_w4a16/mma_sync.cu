@@ -336,7 +336,18 @@ template <class T, int NS, int MT8, int WN, int WM, int STAGES, bool P8>
 cudaError_t setup_one(KernelInfo& info, const char* name, int sms) {
   using TL = Tile<NS, MT8, WN, WM, STAGES, P8>;
   auto kernel = w4a16_gemm_kernel<T, NS, MT8, WN, WM, STAGES, P8>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TL::kSmem);
+  // A tile whose stages need more shared memory than a block may have on this device (l: 118 KiB,
+  // its P8 instance 152 KiB, against 99 KiB on sm_86 / sm_89) gets no slots: the plan declines it
+  // with the reason ("cannot be resident"), and the other kernels run.
+  int dev = 0, optin = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return e;
+  if (TL::kSmem > optin) {
+    info = KernelInfo{name, TL::BN, TL::BM, TL::kThreads, TL::kSmem, 0, kTileK / kUnitK};
+    return cudaSuccess;
+  }
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TL::kSmem);
   if (e != cudaSuccess) return e;
   // Ask for the largest shared-memory carveout: the occupancy computed below assumes it, and with
   // the driver's default the SM may be configured for fewer resident blocks than that (the grid

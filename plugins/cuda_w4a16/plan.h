@@ -61,7 +61,7 @@ extern const int kChoiceRulesSize;
 struct DeviceFacts {
   int32_t cc = 0;                    ///< compute capability, major * 10 + minor
   const KernelInfo* info = nullptr;  ///< [kNumKernels] for the layer's activation dtype (slots etc.)
-  const KernelInfo* info8 = nullptr;  ///< the same for the mma.sync kernels' one-pass 8-bit instances
+  const KernelInfo* info8 = nullptr;  ///< the same for the tiled kernels' one-pass 8-bit instances
   bool cublas = false;               ///< cuBLAS loaded
   bool sm90a_built = false;          ///< this build has the sm_90a kernels (nvcc_archs names 90)
   bool bf16 = false;                 ///< the layer's activations are bf16 (else fp16)

@@ -95,7 +95,7 @@ struct DeviceState {
   bool ready = false;
   cudaError_t error = cudaSuccess;
   KernelInfo info[2][kNumKernels]{};  // [f16, bf16][KernelId]
-  KernelInfo info8[2][kNumKernels]{};  // the same for the mma.sync one-pass 8-bit instances
+  KernelInfo info8[2][kNumKernels]{};  // the same for the tiled kernels' one-pass 8-bit instances
   int sms = 0;
   int cc = 0;  // major * 10 + minor
 };

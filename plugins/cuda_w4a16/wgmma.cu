@@ -276,8 +276,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         }
       if (copy_w) {
         // Warps 1-2: chunk xt (16 bytes) of each of the stage's strips (a strip's stage is 2 units,
-        // 1 KiB: one warp instruction is one 512-byte run). Warp 3: the records, 2 units x
-        // (4 scale + 2 zero-point chunks per strip), up to 3 per lane.
+        // 1 KiB: one warp instruction is one 512-byte run), of each plane (P8). Warp 3: the
+        // records, 2 units x (4 scale + 2 zero-point chunks per strip, P8 2 more), up to 3 per lane
+        // (P8: 4).
         const int u0 = stage_unit(kt, 0), u1 = stage_unit(kt, 1);
         if (xt < 64) {
           // Chunk xt of a strip's 1 KiB: unit xt / 32, 16 bytes (xt % 32) into it.
