@@ -74,7 +74,7 @@ bool cublas_available(std::string* why) {
 }
 
 int cublas_gemm_rowmajor(int32_t act, int64_t m, int64_t n, int64_t k, const void* x, const void* w, int64_t ldw,
-                         void* y, int64_t ldy, bool accumulate, cudaStream_t stream, std::string* why) {
+                         void* y, int64_t ldy, GemmOut out, cudaStream_t stream, std::string* why) {
   Cublas& c = lib();
   if (!c.ok) {
     *why = c.error;
@@ -104,10 +104,10 @@ int cublas_gemm_rowmajor(int32_t act, int64_t m, int64_t n, int64_t k, const voi
     return 1;
   }
   // Row-major Y = X W is column-major Y^T = W^T X^T: A = W (N x K, ld ldw), B = X (K x M, ld K).
-  const cudaDataType t = act == 2 ? CUDA_R_16BF : CUDA_R_16F;
-  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  const cudaDataType t = act == 2 ? CUDA_R_16BF : CUDA_R_16F, ty = out == GemmOut::f32 ? CUDA_R_32F : t;
+  const float alpha = 1.f, beta = out == GemmOut::accumulate ? 1.f : 0.f;
   if (cublasStatus_t s = c.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w, t, int(ldw), x, t,
-                                   int(k), &beta, y, t, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                                   int(k), &beta, y, ty, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       s != CUBLAS_STATUS_SUCCESS) {
     *why = "cublasGemmEx failed: " + status_str(c, s);
     return 1;

@@ -119,7 +119,7 @@ wait
 {
   for f in "$TMP"/conf.*; do
     echo "== conformance ${f##*/conf.}"
-    grep -E "cases checked|SKIP|ERROR|FAIL|out of tolerance|declined|exit=|Status|assertions" "$f" | head -40
+    grep -E "seed|cases checked|SKIP|ERROR|FAIL|out of tolerance|declined|exit=|Status|assertions" "$f" | head -40
   done
   for f in "$TMP"/fix.*; do echo "== fixture ${f##*/fix.}"; tail -3 "$f"; done
 } > "$OUT/conformance.log"

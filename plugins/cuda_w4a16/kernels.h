@@ -95,4 +95,9 @@ cudaError_t launch_wgmma_x_image(const void* x, int64_t ldx, int64_t kx, int32_t
 /// y[m][n] = bias[n] (16-bit elements, copied as they are).
 cudaError_t launch_fill_bias(void* y, const void* bias, int64_t m, int64_t n, cudaStream_t stream);
 
+/// y[r][n0 + j] = bf16(t[r][j] + bias[n0 + j]) for r < m, j < nc: an fp32 chunk of y (row pitch
+/// nc) plus the bf16 bias, rounded once; y bf16 with row pitch ldy.
+cudaError_t launch_bias_round_bf16(const float* t, const void* bias, int64_t m, int64_t n0, int64_t nc, int64_t ldy,
+                                   void* y, cudaStream_t stream);
+
 }  // namespace nibble::cuda

@@ -187,6 +187,14 @@ __global__ void fill_bias_kernel(uint16_t* __restrict__ y, const uint16_t* __res
   if (idx < m * n) y[idx] = bias[idx % n];
 }
 
+__global__ void bias_round_bf16_kernel(const float* __restrict__ t, const __nv_bfloat16* __restrict__ bias, int64_t m,
+                                       int64_t n0, int64_t nc, int64_t ldy, __nv_bfloat16* __restrict__ y) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= m * nc) return;
+  const int64_t r = idx / nc, j = idx - r * nc;
+  y[r * ldy + n0 + j] = __float2bfloat16_rn(t[idx] + __bfloat162float(bias[n0 + j]));
+}
+
 int blocks_for(int64_t threads, int per_block = 256) { return int((threads + per_block - 1) / per_block); }
 
 // One thread per 4-byte word of the image: word p (k = 2p, 2p + 1 of the stage) of row r of the
@@ -273,6 +281,13 @@ cudaError_t launch_dequant_dense_planes8(const void* w, const void* scale_rec, c
     dequant_dense_planes8_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(
         static_cast<const uint4*>(w), static_cast<const __nv_bfloat16*>(scale_rec), zero_rec, x_map, strips, ku,
         upg, n0, nc, static_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_bias_round_bf16(const float* t, const void* bias, int64_t m, int64_t n0, int64_t nc, int64_t ldy,
+                                   void* y, cudaStream_t stream) {
+  bias_round_bf16_kernel<<<blocks_for(m * nc), 256, 0, stream>>>(t, static_cast<const __nv_bfloat16*>(bias), m, n0, nc,
+                                                                 ldy, static_cast<__nv_bfloat16*>(y));
   return cudaGetLastError();
 }
 
