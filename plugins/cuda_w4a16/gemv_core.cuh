@@ -97,6 +97,12 @@ struct GemvWarp {
       zb[ns] = p.zero_rec ? __ldg(reinterpret_cast<const uint32_t*>(p.zero_rec) + rec0 + ns * 8) : 0x08080808u;
     }
   }
+  // x is read with ld.global.cg (L2, coherent), never through the read-only path (__ldg,
+  // ld.global.nc): launched as a programmatic dependent (PDL), the kernel runs while the previous
+  // kernel of the stream (the gather of x, or the caller's kernel that wrote x) may still be
+  // writing it, and the non-coherent path is only defined for data that is read-only for the
+  // whole life of the kernel. On the H200 (2026-12-07, fifth session, call 1) the GEMV v1 with
+  // PDL read a stale x once: 120 of 192 outputs wrong at M = 1 after an act-order gather.
   // B fragments of unit u (0 past m and kx, and for a unit past the warp's range: !valid).
   __device__ __forceinline__ void load_x(int u, bool valid, uint2 (&xb)[2][MT8]) const {
 #pragma unroll
@@ -104,7 +110,7 @@ struct GemvWarp {
 #pragma unroll
       for (int mt = 0; mt < MT8; ++mt) {
         const int64_t k = int64_t(u) * kUnitK + ks * 16;
-        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? __ldg(reinterpret_cast<const uint2*>(xr[mt] + k))
+        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? __ldcg(reinterpret_cast<const uint2*>(xr[mt] + k))
                                                               : make_uint2(0u, 0u);
       }
   }
@@ -119,7 +125,7 @@ struct GemvWarp {
       for (int j = 0; j < N; ++j)
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)  // element j * 32 + ks * 16: uint2 j * 8 + ks * 4
-          b.xb[j][ks][mt] = xok[mt] ? __ldg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
+          b.xb[j][ks][mt] = xok[mt] ? __ldcg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
     }
   }
   // Whether the batch at u is whole: U units inside the range [.., ue) and inside x's columns, so

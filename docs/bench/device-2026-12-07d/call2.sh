@@ -2,7 +2,8 @@
 # Device call 2 of 2026-12-07 (fifth session), after call 1 found (a) the dense path still over
 # the bf16 tolerance in cases with a bias although the bias was cuBLAS's C operand (beta = 1), and
 # (b) one wrong answer of the GEMV v1 in the automatic choice with PDL (the first bf16 act-order
-# case at M = 1; v1 forced and the automatic choice without PDL passed):
+# case at M = 1; v1 forced and the automatic choice without PDL passed), for which the GEMV now
+# reads x with ld.global.cg instead of the read-only path (__ldg), which PDL does not cover:
 #   1. the conformance suite, in parallel: cuBLAS forced (bf16 with a bias now through an fp32 y
 #      chunk and one rounding), the automatic choice with PDL three times and without once, v1
 #      forced; each log keeps its seed;
