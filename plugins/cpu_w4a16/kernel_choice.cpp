@@ -269,17 +269,21 @@ KernelPlan make_plan(int32_t act_dtype) {
   drop(dot_avx2, fused_avx512);
   drop(gemm_avx512bf16, gemm_amx);
   drop(fused_portable, nullptr);
-  // On Intel CPUs with AMX the one-tile form is fused-avx512: there fused-avx512bf16 is bound by
-  // its dot products while it streams (5.3 GB/s per thread on the AMX Xeon host, weights in L3),
-  // and fused-avx512 streams at the bandwidth; in cache, where the calibration runs, the two are
-  // within 1.2x, so the calibration cannot see it (docs/benchmarks.md, "Kernel choice on each
-  // CPU"). NIBBLE_CPU_ISA=amx keeps fused-avx512bf16.
-  if (!family_forced && cpu_is_intel() && !amx_unavailable() &&
+  // On Intel CPUs the one-tile form is fused-avx512: there fused-avx512bf16 is bound by its dot
+  // products while it streams (vdpbf16ps zmm issues once per 2.2 cycles against two FMAs per
+  // cycle, so per weight it costs 2x the f32 FMA: measured on the 2-core Emerald Rapids VM), and
+  // in cache, where the calibration runs, the two are within its 1.25x margin at M = 1, so the
+  // calibration cannot see it. Streaming at M = 1 on the Xeon host (AMX) the bf16 form read 5.3 GB/s
+  // per thread in L3; on the Emerald Rapids VM (no AMX exposed), 2 threads, fused-avx512 read 2-bit
+  // layers at 46-49% of the bandwidth against 40%, 8-bit at 70-77% against 64-72%, 4-bit the same
+  // (docs/benchmarks.md, "Kernel choice on each CPU"). NIBBLE_CPU_ISA=avx512bf16 or amx keeps
+  // fused-avx512bf16.
+  if (!family_forced && cpu_is_intel() &&
       std::any_of(candidates.begin(), candidates.end(), [](const KernelForm* f) { return f->fn == fused_avx512; })) {
     candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
                                     [](const KernelForm* f) { return f->fn == fused_avx512bf16; }),
                      candidates.end());
-    note += "; fused-avx512 for small M on Intel with AMX";
+    note += "; fused-avx512 for small M on Intel";
   }
   KernelPlan plan;
   const int64_t gemm_min = gemm_min_m_env();
