@@ -155,6 +155,7 @@ CpuWeights prepare_cpu_weights_8bit(const nibble_linear_spec& s, const nibble_ca
   }
   cw.k = s.k;
   cw.identity_rows = false;
+  cw.byte_rows = true;
   return cw;
 }
 

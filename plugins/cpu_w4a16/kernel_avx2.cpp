@@ -84,6 +84,26 @@ struct Avx2Bits2 : Avx2 {
   static V exact(const W& w, const V& z) { return {exact1<R>(w.lo, z.lo), exact1<R>(w.hi, z.hi)}; }
 };
 
+// An 8-bit layer's bytes (XForm::kF32Bytes; kernel_avx512.cpp's Avx512Bytes says how): byte J
+// (bits 8J) shifted to bits 15..22 and or-ed into 1.0f, t = 1 + q / 256, 4 steps per line, each
+// multiplying the x of row 2J.
+struct Avx2Bytes : Avx2 {
+  static constexpr int kSteps = 4;
+  static constexpr int kXStride = 2;
+  static constexpr float kScale = trick_scale(XForm::kF32Bytes);
+  static constexpr bool kHasExact = false;
+  template <int J>
+  static __m256 trick1(__m256i w) {
+    constexpr int window = 15;
+    __m256i moved;
+    if constexpr (8 * J <= window) moved = _mm256_slli_epi32(w, window - 8 * J);
+    else moved = _mm256_srli_epi32(w, 8 * J - window);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(moved, _mm256_set1_epi32(0xff << window)), _mm256_set1_epi32(0x3f800000)));
+  }
+  template <int J>
+  static V trick(const W& w) { return {trick1<J>(w.lo), trick1<J>(w.hi)}; }
+};
+
 // The integer dot-product form (dot-avx2; XForm::kInt8, kernel_avx512vnni.cpp says how): without
 // vpdpbusd, vpmaddubsw multiplies the unsigned codes by x's signed bytes and adds pairs into 16-bit
 // lanes (at most 2 x 15 x 127: no saturation), and vpmaddwd by ones adds those pairs into 32 bits.
@@ -138,7 +158,7 @@ constexpr gemm::Blocking kBlocking{1, 8, 32, 128, 8, 64};
 
 }  // namespace
 
-void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2, Avx2Bits2>(a, t0, t1); }
+void fused_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<Avx2, Avx2Bits2, Avx2Bytes>(a, t0, t1); }
 
 void dot_avx2(const FusedArgs& a, int64_t t0, int64_t t1) { fused::run<DotAvx2, DotAvx2Bits2>(a, t0, t1); }
 

@@ -70,7 +70,8 @@ bool cpu_has_amx_bf16() {
 // gemm-avx2's single tiles) and prefer ranges of their cache blocking (32 tiles:
 // kernel_gemm_impl.h's Blocking, the AMX form's column block); below min_quanta quanta (8 tiles)
 // per member apply splits K as well.
-// two_bit: the forms with a 2-bit kernel (all of them today).
+// two_bit: the forms with a 2-bit kernel (all of them today). bytes: the f32 one-tile forms, which
+// multiply an 8-bit layer's bytes as codes (XForm::kF32Bytes) instead of its nibble rows.
 // prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
 // fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
 // prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
@@ -81,15 +82,15 @@ bool cpu_has_amx_bf16() {
 // prior_from of the dot forms, 0 (calibrated only): new, not yet measured streaming from memory.
 constexpr XKind kF32 = XKind::kF32, kBf16 = XKind::kBf16, kInt8 = XKind::kInt8;
 const KernelForm kKernelForms[] = {
-    {"fused-avx512bf16", fused_avx512bf16, true, kBf16, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
-    {"gemm-amx", gemm_amx, true, kBf16, 16, true, true, 2, 8, 2, 6, amx_unavailable},
-    {"gemm-avx512bf16", gemm_avx512bf16, true, kBf16, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
-    {"fused-avx512", fused_avx512, true, kF32, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    {"dot-avx512vnni", dot_avx512vnni, true, kInt8, kDotRows, false, false, 1, 1, 8, 0, avx512vnni_unavailable},
-    {"fused-avx2", fused_avx2, true, kF32, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
-    {"gemm-avx2", gemm_avx2, true, kF32, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
-    {"dot-avx2", dot_avx2, true, kInt8, 1, false, false, 1, 1, 8, 0, avx2_unavailable},
-    {"fused-portable", fused_portable, true, kF32, 1, false, false, 1, 1, 8, 1, always_available},
+    {"fused-avx512bf16", fused_avx512bf16, true, false, kBf16, 8, false, false, 1, 1, 8, 1, avx512bf16_unavailable},
+    {"gemm-amx", gemm_amx, true, false, kBf16, 16, true, true, 2, 8, 2, 6, amx_unavailable},
+    {"gemm-avx512bf16", gemm_avx512bf16, true, false, kBf16, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
+    {"fused-avx512", fused_avx512, true, true, kF32, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
+    {"dot-avx512vnni", dot_avx512vnni, true, false, kInt8, kDotRows, false, false, 1, 1, 8, 0, avx512vnni_unavailable},
+    {"fused-avx2", fused_avx2, true, true, kF32, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
+    {"gemm-avx2", gemm_avx2, true, false, kF32, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
+    {"dot-avx2", dot_avx2, true, false, kInt8, 1, false, false, 1, 1, 8, 0, avx2_unavailable},
+    {"fused-portable", fused_portable, true, false, kF32, 1, false, false, 1, 1, 8, 1, always_available},
 };
 
 // NIBBLE_CPU_ISA's families: a one-tile form and its GEMM form, if any.
@@ -350,9 +351,9 @@ KernelPlan make_plan(int32_t act_dtype) {
 
 }  // namespace
 
-XLayout KernelForm::layout(int32_t act_dtype, int64_t m, int64_t tile_steps) const {
+XLayout KernelForm::layout(int32_t act_dtype, int64_t m, int64_t tile_steps, bool byte_rows) const {
   XLayout l;
-  l.form = x == XKind::kF32    ? XForm::kF32
+  l.form = x == XKind::kF32    ? (bytes && byte_rows && act_dtype != NIBBLE_DTYPE_F32 ? XForm::kF32Bytes : XForm::kF32)
            : x == XKind::kInt8 ? XForm::kInt8
            : act_dtype == NIBBLE_DTYPE_F16 ? XForm::kBf16x2
                                           : XForm::kBf16;

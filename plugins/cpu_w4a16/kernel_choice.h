@@ -22,6 +22,7 @@ struct KernelForm {
   const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
   FusedKernel fn;
   bool two_bit;        ///< reads native 2-bit codes too (cpu_weights.h), not only 4-bit ones
+  bool bytes;          ///< reads an 8-bit layer's bytes as codes (XForm::kF32Bytes, 16-bit activations)
   XKind x;             ///< how it takes x
   int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
   bool tiles;          ///< x in the AMX tile layout (XLayout)
@@ -35,8 +36,9 @@ struct KernelForm {
   int64_t prior_from;
   const char* (*unavailable)();  ///< why this CPU (or OS) cannot run it, or nullptr
 
-  /// x's layout for m rows of activations of `act_dtype`, with `tile_steps` for the tile layout.
-  XLayout layout(int32_t act_dtype, int64_t m, int64_t tile_steps) const;
+  /// x's layout for m rows of activations of `act_dtype`, with `tile_steps` for the tile layout,
+  /// for a layer of byte_rows (CpuWeights::byte_rows: read as bytes where the form can).
+  XLayout layout(int32_t act_dtype, int64_t m, int64_t tile_steps, bool byte_rows = false) const;
 };
 
 /// The forms one layer uses, by M: forms[i].second runs from M = forms[i].first (ascending, the

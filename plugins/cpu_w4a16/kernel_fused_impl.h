@@ -67,6 +67,12 @@ template <class T, class = void>
 struct IsInteger : std::false_type {};
 template <class T>
 struct IsInteger<T, std::void_t<decltype(T::kInteger)>> : std::bool_constant<T::kInteger> {};
+// Words of xp between the x of consecutive steps of a line: T::kXStride where the traits say
+// (the byte forms, XForm::kF32Bytes: step J multiplies the x of row 2J), else 1.
+template <class T, class = void>
+struct XStride : std::integral_constant<int, 1> {};
+template <class T>
+struct XStride<T, std::void_t<decltype(T::kXStride)>> : std::integral_constant<int, T::kXStride> {};
 
 // A 32-bit word of xp as the f32 it holds (the compilers fold this into a broadcast load).
 inline float as_float(const uint32_t* p) {
@@ -102,7 +108,7 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
     for (int p = 0; p < T::kParts; ++p) {
       constexpr int base = H * T::kSteps * T::kParts + J;
       const int slot = (base + p * T::kSteps) % C;
-      acc[m * C + slot] = T::madd(t, xl + m * T::kXWords + p * T::kSteps + J, acc[m * C + slot]);
+      acc[m * C + slot] = T::madd(t, xl + m * T::kXWords + p * T::kSteps + J * XStride<T>::value, acc[m * C + slot]);
     }
 }
 
@@ -340,12 +346,16 @@ void run_hinted(const FusedArgs& a, int64_t t0, int64_t t1) {
   }
 }
 
-// T for 4-bit codes, T2 (if not void) for 2-bit ones. A form without T2 is never given 2-bit
-// codes (the plugin checks: apply()).
-template <class T, class T2 = void>
+// T for 4-bit codes, T2 (if not void) for 2-bit ones, T8 (if not void) for an 8-bit layer's
+// bytes (x in XForm::kF32Bytes). A form without T2 is never given 2-bit codes, nor one without T8
+// kF32Bytes (the plugin checks: apply(), KernelForm::layout).
+template <class T, class T2 = void, class T8 = void>
 void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   if constexpr (!std::is_void_v<T2>) {
     if (a.w->code_bits == 2) return run_hinted<T2>(a, t0, t1);
+  }
+  if constexpr (!std::is_void_v<T8>) {
+    if (a.xform == XForm::kF32Bytes) return run_hinted<T8>(a, t0, t1);
   }
   run_hinted<T>(a, t0, t1);
 }

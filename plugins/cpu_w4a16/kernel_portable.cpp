@@ -31,12 +31,12 @@ int num_threads() {
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
 
 namespace {
-// One line's 8 values of x into its slot of xp: 8 f32 (kF32), or as bf16 pairs of rows (p, p + 4): kBf16 the 4 pairs
+// One line's 8 values of x into its slot of xp: 8 f32 (kF32, kF32Bytes), or as bf16 pairs of rows (p, p + 4): kBf16 the 4 pairs
 // (x is bf16 there, so its f32 form truncates to it exactly), kBf16x2 the 4 pairs of the hi parts
 // (rounded to nearest even) at `slot`, the 4 of the lo parts (x - hi, exact in bf16 for fp16 x)
 // at `lo` (slot + 4 in the line layout, the next part's A tile in the tile layout).
 inline void put_line(const float* v, XForm f, float* slot, float* lo_slot) {
-  if (f == XForm::kF32) {
+  if (f32_words(f)) {
     std::memcpy(slot, v, 8 * sizeof(float));
     return;
   }

@@ -29,17 +29,25 @@ void set_num_threads(int n);
 ///             x of each segment as three signed 8-bit parts a + b / 2^7 + c / 2^14 in units of a
 ///             power of two 2^e (|a| <= 127, |b|, |c| <= 64), so that the x of a segment is held to
 ///             2^-21 of its largest |x| (exact for 16-bit x within 2^13 of it, bf16 within 2^14)
-enum class XForm { kF32, kBf16, kBf16x2, kInt8 };
+///   kF32Bytes an 8-bit layer's nibble rows (CpuWeights::byte_rows) read as whole bytes by the f32
+///             forms for 16-bit activations: xp as kF32 (x, 16 x on the rows of each code's low and
+///             high nibble), of which the kernel multiplies only the low rows' x, by t = 1 + q / 256
+///             (the byte or-ed into the mantissa of 1.0f, bits 15..22): a_j = 1 on even rows and 0
+///             on odd ones, S = 256. One operand per code instead of two nibbles' (kernel_avx512.cpp)
+enum class XForm { kF32, kBf16, kBf16x2, kInt8, kF32Bytes };
+/// x in f32 words, one per row of a line (kF32, kF32Bytes).
+constexpr bool f32_words(XForm f) { return f == XForm::kF32 || f == XForm::kF32Bytes; }
 /// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, 2 x 4 pairs, or 3 parts x 2
 /// parities of 4 bytes (word 2p + j: part p of rows j, j + 2, j + 4, j + 6, a byte each).
 constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : f == XForm::kInt8 ? 6 : 8; }
 /// The parts of kInt8 relative to part 0: 2^-7 and 2^-14.
 constexpr int kInt8PartShift = 7;
-constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : 1.0f; }
+constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : f == XForm::kF32Bytes ? 256.0f : 1.0f; }
 /// a_j of row j (0..7) of a line. 2-bit codes (kF32 only) sit in four windows of a rotated word,
 /// each worth 1/16 per step of the code: bits 15..16 of 16.0f, 17..18 of 4.0f, 19..20 of 1.0f and
 /// 21..22 of 0.25f (kernel_avx512.cpp), so a_j = 16, 4, 1, 0.25 by j mod 4.
 constexpr float trick_offset(XForm f, int j, int bits = 4) {
+  if (f == XForm::kF32Bytes) return j % 2 ? 0.0f : 1.0f;
   if (f != XForm::kF32) return 128.0f;
   if (bits == 2) return j % 4 == 0 ? 16.0f : j % 4 == 1 ? 4.0f : j % 4 == 2 ? 1.0f : 0.25f;
   return j % 2 ? 1.0f : 16.0f;

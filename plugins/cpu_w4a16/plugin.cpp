@@ -184,7 +184,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
       p->plan = &kernel_plan(s->act_dtype);
       if (s->bits == 8) {
         p->w = prepare_cpu_weights_8bit(*s, *w);  // nibble rows: the layer's own bytes
-        p->codes = " (8-bit codes as nibble rows)";
+        p->codes = " (8-bit codes as nibble rows)";  // describe_kernel: or as bytes
       } else if (s->bits == 2 && p->plan->two_bit()) {
         p->w = prepare_cpu_weights(*s, *w);  // native 2-bit codes: every form of the plan reads them
         p->codes = " (2-bit codes)";
@@ -350,7 +350,7 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
     if (w.code_bits == 2 && !form.two_bit)
       return fail(NIBBLE_ERR_INTERNAL, msg, cap, "layer prepared with 2-bit codes, which kernel %s does not read",
                   form.name);
-    const XLayout l = form.layout(p.spec.act_dtype, m, p.tile_steps);
+    const XLayout l = form.layout(p.spec.act_dtype, m, p.tile_steps, w.byte_rows);
     const int64_t ldy = fused_y_stride(w), blocks = (m + l.rb - 1) / l.rb;
     const int want = num_threads();
     // K slices where the tiles are too few for the team (partial sums, added up in slice order).
@@ -512,7 +512,10 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
   if (!h) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "null prepared handle");
   const auto& p = *reinterpret_cast<const Prepared*>(h);
   if (runs_onednn(p, m)) return fail(NIBBLE_OK, msg, cap, "%s%s", p.onednn->name(), p.codes);
-  return fail(NIBBLE_OK, msg, cap, "%s%s", p.plan->at(m).name, p.codes);
+  const KernelForm& form = p.plan->at(m);
+  if (form.layout(p.spec.act_dtype, m, p.tile_steps, p.w.byte_rows).form == XForm::kF32Bytes)
+    return fail(NIBBLE_OK, msg, cap, "%s (8-bit codes as bytes)", form.name);
+  return fail(NIBBLE_OK, msg, cap, "%s%s", form.name, p.codes);
 }
 
 // Read bandwidth: every thread streams its share of a buffer with 512-bit (or 256-bit) loads.

@@ -17,11 +17,11 @@ std::string nibble::test::skip_reason() { return {}; }
 namespace {
 
 const char* none() { return nullptr; }
-// name, fn, two_bit, x, rows, tiles, compute_bound, quantum, chunk, min_quanta, prior_from, unavailable
-const KernelForm kFused{"fused-bf16", nullptr, false, XKind::kBf16, 8, false, false, 1, 1, 8, 1, none};
-const KernelForm kAmx{"gemm-amx", nullptr, true, XKind::kBf16, 16, true, true, 2, 8, 2, 0, none};
-const KernelForm kGemm{"gemm-bf16", nullptr, false, XKind::kBf16, 6, false, true, 4, 32, 2, 32, none};
-const KernelForm kF32{"fused-f32", nullptr, true, XKind::kF32, 8, false, false, 1, 1, 8, 1, none};
+// name, fn, two_bit, bytes, x, rows, tiles, compute_bound, quantum, chunk, min_quanta, prior_from, unavailable
+const KernelForm kFused{"fused-bf16", nullptr, false, false, XKind::kBf16, 8, false, false, 1, 1, 8, 1, none};
+const KernelForm kAmx{"gemm-amx", nullptr, true, false, XKind::kBf16, 16, true, true, 2, 8, 2, 0, none};
+const KernelForm kGemm{"gemm-bf16", nullptr, false, false, XKind::kBf16, 6, false, true, 4, 32, 2, 32, none};
+const KernelForm kF32{"fused-f32", nullptr, true, true, XKind::kF32, 8, false, false, 1, 1, 8, 1, none};
 const std::vector<int64_t> kMs = {1, 2, 4, 8, 16, 32, 64};
 
 std::string plan(const std::vector<const KernelForm*>& forms, const std::vector<std::vector<double>>& times) {
@@ -62,7 +62,7 @@ TEST_CASE("forms of different families mix: the first of equal priors stays unle
 TEST_CASE("a prior crossover between powers of two takes effect where the calibration has that M") {
   // gemm-amx's prior from 6 (the Xeon host, streaming): with M = 6 calibrated and AMX within the
   // margin there, the crossover is 6; without M = 6 among the calibrated M it falls to 8.
-  const KernelForm amx6{"gemm-amx", nullptr, true, XKind::kBf16, 16, true, true, 2, 8, 2, 6, none};
+  const KernelForm amx6{"gemm-amx", nullptr, true, false, XKind::kBf16, 16, true, true, 2, 8, 2, 6, none};
   const std::vector<int64_t> ms6 = {1, 2, 4, 6, 8, 16, 32, 64};
   const std::vector<std::vector<double>> t6 = {{27, 32, 41, 52, 59, 109, 208, 378}, {21, 31, 50, 55, 89, 183, 359, 692}};
   CHECK(plan_from_times({&amx6, &kF32}, ms6, t6).summary == "fused-f32 M < 6, gemm-amx M >= 6");
@@ -78,10 +78,23 @@ TEST_CASE("a plan reads 2-bit codes only where every form of it does") {
   CHECK_FALSE(plan_from_times({&kFused, &kAmx}, kMs, {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}}).two_bit());
 }
 
+TEST_CASE("an 8-bit layer's bytes go to the forms that read them, for 16-bit activations only") {
+  CHECK(kF32.layout(NIBBLE_DTYPE_BF16, 1, 0, true).form == XForm::kF32Bytes);
+  CHECK(kF32.layout(NIBBLE_DTYPE_F16, 8, 0, true).form == XForm::kF32Bytes);
+  // f32 activations need the exact form, which the nibble rows have.
+  CHECK(kF32.layout(NIBBLE_DTYPE_F32, 1, 0, true).form == XForm::kF32);
+  CHECK(kF32.layout(NIBBLE_DTYPE_BF16, 1, 0, false).form == XForm::kF32);
+  CHECK(kFused.layout(NIBBLE_DTYPE_BF16, 1, 0, true).form == XForm::kBf16);
+  CHECK(kGemm.layout(NIBBLE_DTYPE_F16, 64, 0, true).form == XForm::kBf16x2);
+  CHECK(trick_scale(XForm::kF32Bytes) == 256.0f);
+  CHECK(trick_offset(XForm::kF32Bytes, 0) == 1.0f);
+  CHECK(trick_offset(XForm::kF32Bytes, 1) == 0.0f);
+}
+
 TEST_CASE("the oneDNN path takes over at the measured crossover on each kind of CPU, and never over the AMX form") {
   const OnednnCpu amx{true, false}, avx512{false, false}, avx2{false, true};
-  const KernelForm kAvx2{"fused-avx2", nullptr, true, XKind::kF32, 3, false, false, 1, 1, 8, 1, none};
-  const KernelForm kAvx2Gemm{"gemm-avx2", nullptr, true, XKind::kF32, 6, false, true, 1, 32, 8, 0, none};
+  const KernelForm kAvx2{"fused-avx2", nullptr, true, true, XKind::kF32, 3, false, false, 1, 1, 8, 1, none};
+  const KernelForm kAvx2Gemm{"gemm-avx2", nullptr, true, false, XKind::kF32, 6, false, true, 1, 32, 8, 0, none};
   const auto of = [](std::vector<std::pair<int64_t, const KernelForm*>> forms) {
     KernelPlan p;
     p.forms = std::move(forms);

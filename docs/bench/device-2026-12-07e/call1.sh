@@ -1,0 +1,76 @@
+#!/bin/bash
+# Device call 1 of 2026-12-07 (sixth session): verify the two GPU fixes that the fifth session
+# built but could not run (its call 2 never got a machine):
+#   (a) the dense path, bf16 with a bias: cuBLAS writes an fp32 chunk of y, then one kernel adds
+#       the bias and rounds once (call 1 of the fifth session: 20 bf16 cases at 1.00-1.16x the
+#       tolerance with the bias as cuBLAS's C operand);
+#   (b) the GEMV reads x with ld.global.cg instead of __ldg (one stale-x wrong answer of v1 in the
+#       automatic choice with PDL).
+# Steps:
+#   1. the conformance suite, in parallel: cuBLAS forced, v1 forced, the automatic choice with PDL
+#      three times and without once; each log keeps its seed;
+#   2. nibble bench fp16 at M = 1, 2, 4, 8 (the GEMV's x loads changed: M <= 8 must be no slower
+#      than the 2026-12-02 run: M = 1 6.4-66.2 us, M = 8 9.0-67.6 us);
+#   3. on the host's CPU (the Xeon of issue 15): bench/ab.sh, the CPU plugin of the previous
+#      commit (8-bit layers as nibble rows) against this one (fused-avx512 reads an 8-bit layer's
+#      bytes), --bits 8, M = 1 and 4 (fused-avx512 on that host; gemm-amx from M = 6), 16 and 2
+#      threads, 2 rounds (bundle: bench/ab_bundle.sh /work/build-old build .gpu/ab);
+#   4. the peers table in bf16 through the automatic choice, M = 16-4096, the 8 shapes.
+# Bundle: rm -rf .gpu && plugins/cuda_w4a16/gpu_check.sh bundle && xz the plugin and bench_kernels,
+# copy this script and docs/bench/h200-2026-12-02/peers.py into .gpu. Run: bash .gpu/call1.sh
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+: "${OUT:?}"
+T0=$SECONDS
+S=$OUT/summary.log
+say() { echo "$*" | tee -a "$S"; }
+find "$here" -name '*.xz' ! -name 'bench_kernels.xz' -exec xz -d -k -f {} \;
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+P=$here/build/plugins/cuda_w4a16
+NIBBLE=$here/build/tools/nibble/nibble
+CONF=$here/build/tests/test_conformance
+STD=$(mktemp -d)
+say "== 1. conformance ($(nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader); $(lscpu | grep -m1 'Model name'))"
+run_conf() {  # name, environment...
+  local name=$1
+  shift
+  (env "$@" NIBBLE_TEST_BACKEND=cuda_w4a16 NIBBLE_TEST_PLUGIN_DIRS=$P timeout 200 "$CONF" > "$STD/conf.$name" 2>&1
+   echo "exit=$?" >> "$STD/conf.$name") &
+}
+run_conf cublas NIBBLE_CUDA_KERNEL=cublas NIBBLE_TEST_REQUIRE_KERNEL=cublas
+run_conf v1 NIBBLE_CUDA_KERNEL=v1 NIBBLE_TEST_REQUIRE_KERNEL=v1
+for i in 1 2 3; do run_conf auto$i NIBBLE_CUDA_KERNEL=auto; done
+run_conf auto_nopdl NIBBLE_CUDA_KERNEL=auto NIBBLE_CUDA_OVERLAP=0
+wait
+for f in "$STD"/conf.*; do
+  say "-- ${f##*/conf.}: $(grep -m1 'conformance seed' "$f") | $(grep -m1 'cases checked' "$f" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$f")"
+  grep "logged" "$f" | head -8 | cut -c1-260 | tee -a "$S"
+done
+say "== 2. bench fp16 M = 1-8 ($((SECONDS - T0)) s)"
+NIBBLE_PLUGIN_PATH=$P timeout 150 "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
+  --m 1,2,4,8 --dtype f16 --budget 0.1 --json "$OUT/bench_f16_small.json" > "$STD/bench_f16_small.txt" 2>&1
+say "   exit $? after $((SECONDS - T0)) s"
+/usr/bin/env python3 - "$OUT/bench_f16_small.json" <<'PY' 2>&1 | tee -a "$S"
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+for m in sorted({x["m"] for x in r}):
+    row = [x for x in r if x["m"] == m]
+    t = [x["time_us"] for x in row]
+    print(f"   M={m}: {min(t):.1f}-{max(t):.1f} us; " + " ".join(
+        f"{x['shape']}:{x['kernel'].split()[0]}:{x['time_us']:.1f}({(x['speedup_vs_dense'] or 0):.2f}x)"
+        + ("" if x["check_ok"] else "CHECK-FAILED") for x in row))
+PY
+say "== 3. CPU A/B, 8 bits ($((SECONDS - T0)) s)"
+if [ -d "$here/ab" ]; then
+  (cd "$here/.." && OUT=$STD/ab AB_SHAPES=4096x4096,14336x4096,8192x57344 AB_M=1,4 AB_THREADS=16,2 \
+     AB_ARGS="--bits 8" AB_ROUNDS=2 AB_BUDGET_S=150 timeout 170 bash bench/ab.sh "$here/ab" > "$STD/ab.log" 2>&1)
+  say "   exit $? after $((SECONDS - T0)) s"
+  cat "$STD/ab/summary.txt" 2>/dev/null | tee -a "$S"
+fi
+say "== 4. bench bf16 through the automatic choice ($((SECONDS - T0)) s)"
+NIBBLE_PLUGIN_PATH=$P timeout $((540 - (SECONDS - T0))) "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
+  --m 16,32,64,128,256,1024,4096 --dtype bf16 --budget 0.05 --json "$OUT/bench_bf16.json" > "$STD/bench_bf16.txt" 2>&1
+say "   exit $? after $((SECONDS - T0)) s"
+/usr/bin/env python3 "$here/peers.py" "$OUT/bench_bf16.json" 2>&1 | tee -a "$S"
+tar -czf "$OUT/std.tar.gz" -C "$STD" .
+say "== done in $((SECONDS - T0)) s"
