@@ -89,7 +89,7 @@ struct Avx2Bits2 : Avx2 {
 // multiplying the x of row 2J.
 struct Avx2Bytes : Avx2 {
   static constexpr int kSteps = 4;
-  static constexpr int kXStride = 2;
+  static constexpr int x_word(int, int j) { return 2 * j; }
   static constexpr float kScale = trick_scale(XForm::kF32Bytes);
   static constexpr bool kHasExact = false;
   template <int J>

@@ -78,7 +78,7 @@ struct Avx512Bits2 : Avx512 {
 // form).
 struct Avx512Bytes : Avx512 {
   static constexpr int kSteps = 4;
-  static constexpr int kXStride = 2;
+  static constexpr int x_word(int, int j) { return 2 * j; }
   static constexpr float kScale = trick_scale(XForm::kF32Bytes);
   static constexpr bool kHasExact = false;
   template <int J>

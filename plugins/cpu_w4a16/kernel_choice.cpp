@@ -70,8 +70,9 @@ bool cpu_has_amx_bf16() {
 // gemm-avx2's single tiles) and prefer ranges of their cache blocking (32 tiles:
 // kernel_gemm_impl.h's Blocking, the AMX form's column block); below min_quanta quanta (8 tiles)
 // per member apply splits K as well.
-// two_bit: the forms with a 2-bit kernel (all of them today). bytes: the f32 one-tile forms, which
-// multiply an 8-bit layer's bytes as codes (XForm::kF32Bytes) instead of its nibble rows.
+// two_bit: the forms with a 2-bit kernel (all of them today). bytes: the forms that multiply an
+// 8-bit layer's bytes as codes (XForm::kF32Bytes, kInt8Bytes) instead of its nibble rows: the f32
+// one-tile forms and dot-avx512vnni (dot-avx2's vpmaddubsw would saturate: 2 x 255 x 127 > 2^15).
 // prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
 // fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
 // prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
@@ -86,7 +87,7 @@ const KernelForm kKernelForms[] = {
     {"gemm-amx", gemm_amx, true, false, kBf16, 16, true, true, 2, 8, 2, 6, amx_unavailable},
     {"gemm-avx512bf16", gemm_avx512bf16, true, false, kBf16, kGemmRows, false, true, 4, 32, 2, 32, avx512bf16_unavailable},
     {"fused-avx512", fused_avx512, true, true, kF32, 8, false, false, 1, 1, 8, 1, avx512_unavailable},
-    {"dot-avx512vnni", dot_avx512vnni, true, false, kInt8, kDotRows, false, false, 1, 1, 8, 0, avx512vnni_unavailable},
+    {"dot-avx512vnni", dot_avx512vnni, true, true, kInt8, kDotRows, false, false, 1, 1, 8, 0, avx512vnni_unavailable},
     {"fused-avx2", fused_avx2, true, true, kF32, 3, false, false, 1, 1, 8, 1, avx2_unavailable},
     {"gemm-avx2", gemm_avx2, true, false, kF32, kGemmRowsAvx2, false, true, 1, 32, 8, 0, avx2_unavailable},
     {"dot-avx2", dot_avx2, true, false, kInt8, 1, false, false, 1, 1, 8, 0, avx2_unavailable},
@@ -125,10 +126,12 @@ uint32_t next_random(uint64_t& s) {
   return uint32_t(s >> 32);
 }
 
-// The calibration layer (uint4b8, bf16 scales around 1/64).
-CpuWeights calibration_layer(int32_t act_dtype) {
-  std::vector<uint32_t> q(size_t(kCalK / 8 * kCalN));
-  std::vector<uint16_t> scales(size_t(kCalK / kCalG * kCalN));
+// The calibration layer (uint4b8, bf16 scales around 1/64); for the plan of 8-bit layers a
+// uint8b128 one of the same shape (512 KiB: in L2 on the CPUs this runs on), prepared as nibble rows.
+CpuWeights calibration_layer(int32_t act_dtype, bool bits8) {
+  const int64_t n = kCalN;
+  std::vector<uint32_t> q(size_t(kCalK / (bits8 ? 4 : 8) * n));
+  std::vector<uint16_t> scales(size_t(kCalK / kCalG * n));
   uint64_t s = 1;
   for (auto& v : q) v = next_random(s);
   for (auto& v : scales) v = float_to_bf16(float(1 + next_random(s) % 8) / 512.0f);
@@ -136,16 +139,16 @@ CpuWeights calibration_layer(int32_t act_dtype) {
   spec.struct_size = sizeof spec;
   spec.layer_name = "calibration";
   spec.k = spec.full_k = kCalK;
-  spec.n = spec.full_n = kCalN;
+  spec.n = spec.full_n = n;
   spec.group_size = int32_t(kCalG);
-  spec.bits = 4;
-  spec.weight_type = NIBBLE_WT_UINT4B8;
+  spec.bits = bits8 ? 8 : 4;
+  spec.weight_type = bits8 ? NIBBLE_WT_UINT8B128 : NIBBLE_WT_UINT4B8;
   spec.act_dtype = act_dtype;
   spec.scale_dtype = NIBBLE_DTYPE_BF16;
   nibble_canonical_weights w{};
   w.qweight = q.data();
   w.scales = scales.data();
-  return prepare_cpu_weights(spec, w);
+  return bits8 ? prepare_cpu_weights_8bit(spec, w) : prepare_cpu_weights(spec, w);
 }
 
 // ns of one call of `f` (gather and kernel, one thread) at each calibrated M, for the layers and
@@ -177,7 +180,7 @@ void calibrate(std::vector<Bench>& benches, int32_t act_dtype) {
     for (int rep = 0; rep <= kReps; ++rep)
       for (auto& b : benches) {
         const CpuWeights& w = *b.w;
-        const XLayout l = b.form->layout(act_dtype, m, b.form->tiles ? amx_tile_steps(w) : 0);
+        const XLayout l = b.form->layout(act_dtype, m, b.form->tiles ? amx_tile_steps(w) : 0, w.byte_rows);
         xp.resize(size_t(x_buffer_words(w, l, m)));
         xs.resize(size_t(((m + l.rb - 1) / l.rb) * w.segments() * 2 * l.rb));
         y.resize(size_t(m * fused_y_stride(w)));
@@ -218,7 +221,7 @@ std::string describe(const KernelPlan& p) {
   return s;
 }
 
-KernelPlan make_plan(int32_t act_dtype) {
+KernelPlan make_plan(int32_t act_dtype, bool bits8) {
   const bool f32 = act_dtype == NIBBLE_DTYPE_F32;
   std::vector<const KernelForm*> usable;
   for (const KernelForm& f : kKernelForms)
@@ -311,7 +314,7 @@ KernelPlan make_plan(int32_t act_dtype) {
     plan.summary = describe(plan) + note;
     return plan;
   }
-  const CpuWeights layer = calibration_layer(act_dtype);
+  const CpuWeights layer = calibration_layer(act_dtype, bits8);
   std::vector<Bench> benches;
   for (const KernelForm* f : candidates) benches.push_back({f, &layer, {}});
   const auto c0 = std::chrono::steady_clock::now();
@@ -323,7 +326,7 @@ KernelPlan make_plan(int32_t act_dtype) {
   const std::vector<int64_t> ms(std::begin(kCalMs), std::end(kCalMs));
   plan = plan_from_times(candidates, ms, times);
   {
-    std::string r = strf("%s (%.0f ms), us per call at M =", dtype_label(act_dtype), cal_ms);
+    std::string r = strf("%s%s (%.0f ms), us per call at M =", dtype_label(act_dtype), bits8 ? " 8-bit" : "", cal_ms);
     for (size_t i = 0; i < ms.size(); ++i) r += strf("%s%lld", i ? "," : " ", (long long)ms[i]);
     r += ":";
     for (const auto& b : benches) {
@@ -354,7 +357,7 @@ KernelPlan make_plan(int32_t act_dtype) {
 XLayout KernelForm::layout(int32_t act_dtype, int64_t m, int64_t tile_steps, bool byte_rows) const {
   XLayout l;
   l.form = x == XKind::kF32    ? (bytes && byte_rows && act_dtype != NIBBLE_DTYPE_F32 ? XForm::kF32Bytes : XForm::kF32)
-           : x == XKind::kInt8 ? XForm::kInt8
+           : x == XKind::kInt8 ? (bytes && byte_rows ? XForm::kInt8Bytes : XForm::kInt8)
            : act_dtype == NIBBLE_DTYPE_F16 ? XForm::kBf16x2
                                           : XForm::kBf16;
   l.rb = compute_bound && !tiles ? rows : std::min(rows, m);
@@ -402,11 +405,13 @@ KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, con
   return plan;
 }
 
-const KernelPlan& kernel_plan(int32_t act_dtype) {
-  static std::once_flag once[3];
-  static KernelPlan plans[3];
-  const int i = act_dtype == NIBBLE_DTYPE_BF16 ? 0 : act_dtype == NIBBLE_DTYPE_F16 ? 1 : 2;
-  std::call_once(once[i], [&] { plans[i] = make_plan(act_dtype); });
+const KernelPlan& kernel_plan(int32_t act_dtype, int bits) {
+  static std::once_flag once[5];
+  static KernelPlan plans[5];
+  const bool f32 = act_dtype != NIBBLE_DTYPE_BF16 && act_dtype != NIBBLE_DTYPE_F16;
+  const bool bits8 = bits == 8 && !f32;  // f32 activations read nibble rows: the 4-bit plan
+  const int i = (act_dtype == NIBBLE_DTYPE_BF16 ? 0 : act_dtype == NIBBLE_DTYPE_F16 ? 1 : 2) + (bits8 ? 3 : 0);
+  std::call_once(once[i], [&] { plans[i] = make_plan(act_dtype, bits8); });
   return plans[i];
 }
 

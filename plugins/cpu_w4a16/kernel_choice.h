@@ -22,7 +22,7 @@ struct KernelForm {
   const char* name;  ///< as describe_kernel reports it: "fused-avx512bf16", "gemm-amx", ...
   FusedKernel fn;
   bool two_bit;        ///< reads native 2-bit codes too (cpu_weights.h), not only 4-bit ones
-  bool bytes;          ///< reads an 8-bit layer's bytes as codes (XForm::kF32Bytes, 16-bit activations)
+  bool bytes;          ///< reads an 8-bit layer's bytes as codes (XForm::kF32Bytes / kInt8Bytes, 16-bit activations)
   XKind x;             ///< how it takes x
   int64_t rows;        ///< rows per block of x: the kernel's register blocking (or AMX tile rows)
   bool tiles;          ///< x in the AMX tile layout (XLayout)
@@ -57,7 +57,10 @@ struct KernelPlan {
 /// CPU and the activations allow it; else the probe says why and the plan is made as without it),
 /// NIBBLE_CPU_GEMM_MIN_M=N fixes the M from which the family's GEMM form runs; what is not fixed
 /// is calibrated: each candidate form timed on a small layer in cache, one thread (calibration()).
-const KernelPlan& kernel_plan(int32_t act_dtype);
+/// 8-bit layers (`bits` 8) with 16-bit activations have a plan of their own, calibrated on an
+/// 8-bit layer: the forms that read their bytes (KernelForm::bytes) do a different amount of work
+/// per code than on 4-bit codes.
+const KernelPlan& kernel_plan(int32_t act_dtype, int bits = 4);
 
 /// A form of the menu by name ("fused-avx512", "gemm-amx", ...), or nullptr.
 const KernelForm* kernel_form(const std::string& name);

@@ -67,12 +67,17 @@ template <class T, class = void>
 struct IsInteger : std::false_type {};
 template <class T>
 struct IsInteger<T, std::void_t<decltype(T::kInteger)>> : std::bool_constant<T::kInteger> {};
-// Words of xp between the x of consecutive steps of a line: T::kXStride where the traits say
-// (the byte forms, XForm::kF32Bytes: step J multiplies the x of row 2J), else 1.
+// The word of a row's xp slot of a line that step J, part p multiplies: T::x_word(p, J) where the
+// traits say (the byte forms: XForm::kF32Bytes step J takes row 2J, kInt8Bytes part p parity 0),
+// else p T::kSteps + J.
 template <class T, class = void>
-struct XStride : std::integral_constant<int, 1> {};
+struct XWord {
+  static constexpr int at(int p, int j) { return p * T::kSteps + j; }
+};
 template <class T>
-struct XStride<T, std::void_t<decltype(T::kXStride)>> : std::integral_constant<int, T::kXStride> {};
+struct XWord<T, std::void_t<decltype(T::x_word(0, 0))>> {
+  static constexpr int at(int p, int j) { return T::x_word(p, j); }
+};
 
 // A 32-bit word of xp as the f32 it holds (the compilers fold this into a broadcast load).
 inline float as_float(const uint32_t* p) {
@@ -108,7 +113,7 @@ inline __attribute__((always_inline)) void step(const typename T::W& code, const
     for (int p = 0; p < T::kParts; ++p) {
       constexpr int base = H * T::kSteps * T::kParts + J;
       const int slot = (base + p * T::kSteps) % C;
-      acc[m * C + slot] = T::madd(t, xl + m * T::kXWords + p * T::kSteps + J * XStride<T>::value, acc[m * C + slot]);
+      acc[m * C + slot] = T::madd(t, xl + m * T::kXWords + XWord<T>::at(p, J), acc[m * C + slot]);
     }
 }
 
@@ -183,21 +188,24 @@ inline __attribute__((always_inline)) void float_segment_end(bool asym, const ty
   }
 }
 
-// The end of a segment of the integer forms (XForm::kInt8): chain c holds part (c mod 6) / 2 of
-// its row (the slots of step() with 2 steps x 3 parts), exact int32 sums of q times the part. Per
-// row, in the unit 2^e of the segment's parts (xa: A = 2^e, then X = the segment's x in that unit):
+// The end of a segment of the integer forms (XForm::kInt8, kInt8Bytes): chain c holds part
+// (c mod SP) / S of its row (the slots of step() with S = T::kSteps steps x 3 parts, SP = 3 S),
+// exact int32 sums of q times the part. Per row, in the unit 2^e of the segment's parts (xa:
+// A = 2^e, then X = the segment's x in that unit):
 //   y += s 2^e (P0 + P1 2^-7 + P2 2^-14 - z X).
 template <class T, int MB, int C>
 inline __attribute__((always_inline)) void int_segment_end(const typename T::V& zv, const typename T::V& sv, const float* xa,
                                                            int64_t rb, typename T::Acc* acc, typename T::V* out) {
-  static_assert(C % 6 == 0 && T::kParts == 3 && T::kSteps == 2 && T::out_chains(MB) == 1);
+  constexpr int S = T::kSteps, SP = 3 * S;
+  static_assert(C % SP == 0 && T::kParts == 3 && T::out_chains(MB) == 1);
   using V = typename T::V;
   constexpr float kStep = 1.0f / (1 << kInt8PartShift);
   for (int m = 0; m < MB; ++m) {
     typename T::Acc part[3];
     for (int p = 0; p < 3; ++p) {
-      part[p] = T::acc_add(acc[m * C + 2 * p], acc[m * C + 2 * p + 1]);
-      for (int c = 6 + 2 * p; c < C; c += 6) part[p] = T::acc_add(part[p], T::acc_add(acc[m * C + c], acc[m * C + c + 1]));
+      part[p] = acc[m * C + p * S];
+      for (int c = p * S + 1; c < C; ++c)
+        if ((c % SP) / S == p) part[p] = T::acc_add(part[p], acc[m * C + c]);
     }
     V f = T::fmadd(T::to_float(part[2]), T::set1(kStep), T::to_float(part[1]));
     f = T::fmadd(f, T::set1(kStep), T::to_float(part[0]));
@@ -347,15 +355,15 @@ void run_hinted(const FusedArgs& a, int64_t t0, int64_t t1) {
 }
 
 // T for 4-bit codes, T2 (if not void) for 2-bit ones, T8 (if not void) for an 8-bit layer's
-// bytes (x in XForm::kF32Bytes). A form without T2 is never given 2-bit codes, nor one without T8
-// kF32Bytes (the plugin checks: apply(), KernelForm::layout).
+// bytes (x in XForm::kF32Bytes or kInt8Bytes). A form without T2 is never given 2-bit codes, nor
+// one without T8 x of the byte forms (the plugin checks: apply(), KernelForm::layout).
 template <class T, class T2 = void, class T8 = void>
 void run(const FusedArgs& a, int64_t t0, int64_t t1) {
   if constexpr (!std::is_void_v<T2>) {
     if (a.w->code_bits == 2) return run_hinted<T2>(a, t0, t1);
   }
   if constexpr (!std::is_void_v<T8>) {
-    if (a.xform == XForm::kF32Bytes) return run_hinted<T8>(a, t0, t1);
+    if (a.xform == XForm::kF32Bytes || a.xform == XForm::kInt8Bytes) return run_hinted<T8>(a, t0, t1);
   }
   run_hinted<T>(a, t0, t1);
 }

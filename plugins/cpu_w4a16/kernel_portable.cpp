@@ -106,13 +106,16 @@ const float* line_values(const CpuWeights& w, const float* row, int64_t l, float
   return buf;
 }
 
-// XForm::kInt8 (kernels.h): segments [s0, s1) of row r as three signed 8-bit parts in units of a
-// power of two per segment, and A = that unit, X = the sum of the parts' x in it.
+// XForm::kInt8 and kInt8Bytes (kernels.h): segments [s0, s1) of row r as three signed 8-bit parts
+// in units of a power of two per segment, and A = that unit, X = the sum of the parts' x in it
+// (kInt8Bytes: 17 times it).
 void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, const float* row, int64_t s0,
                           int64_t s1, float* xp, float* xs) {
   const int64_t segs = w.segments(), rb = slots.l.rb;
   float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
   const bool two = w.code_bits == 2;
+  // kInt8Bytes: only the low-nibble rows (even j), whose x is x itself; the high rows (16 x) stay 0.
+  const bool bytes = slots.l.form == XForm::kInt8Bytes;
   for (int64_t sg = s0; sg < s1; ++sg) {
     const int64_t l0 = w.seg_line[size_t(sg)], l1 = w.seg_line[size_t(sg + 1)];
     // The segment's values, zero past its end up to a whole pair of lines (2-bit codes: a step
@@ -123,6 +126,7 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
       float buf[8];
       const float* lv = line_values(w, row, l, buf);
       for (int j = 0; j < 8; ++j) {
+        if (bytes && j % 2) continue;
         v[(l - l0) * 8 + j] = lv[j];
         big = std::max(big, std::fabs(lv[j]));
       }
@@ -178,7 +182,7 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
       std::memcpy(xp + slots.at(r, sg, l), words, sizeof words);
     }
     sums[(sg * 2) * rb] = unit;
-    sums[(sg * 2 + 1) * rb] = float(std::ldexp(double(sum), -2 * kInt8PartShift));
+    sums[(sg * 2 + 1) * rb] = float(std::ldexp(double(sum) * (bytes ? 17 : 1), -2 * kInt8PartShift));
   }
 }
 
@@ -187,7 +191,7 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
 void gather_segments(const CpuWeights& w, const XSlots& slots, int64_t r, const float* row, int64_t s0, int64_t s1,
                      float* xp, float* xs) {
   const XForm f = slots.l.form;
-  if (f == XForm::kInt8) return gather_segments_int8(w, slots, r, row, s0, s1, xp, xs);
+  if (int8_parts(f)) return gather_segments_int8(w, slots, r, row, s0, s1, xp, xs);
   const int64_t segs = w.segments(), rb = slots.l.rb, lo = slots.lo_offset();
   float* sums = xs + (r / rb) * segs * 2 * rb + (r % rb);
   for (int64_t sg = s0; sg < s1; ++sg) {

@@ -34,12 +34,18 @@ void set_num_threads(int n);
 ///             high nibble), of which the kernel multiplies only the low rows' x, by t = 1 + q / 256
 ///             (the byte or-ed into the mantissa of 1.0f, bits 15..22): a_j = 1 on even rows and 0
 ///             on odd ones, S = 256. One operand per code instead of two nibbles' (kernel_avx512.cpp)
-enum class XForm { kF32, kBf16, kBf16x2, kInt8, kF32Bytes };
+///   kInt8Bytes an 8-bit layer's nibble rows read as whole bytes by dot-avx512vnni: kInt8's words,
+///             of which only parity 0 (rows 0, 2, 4, 6: the codes' low-nibble rows, whose x is x
+///             itself) is filled; the unit 2^e is set by those rows alone, and X is 17 times their
+///             sum, as the zero points of nibble rows are z / 17 (kernel_avx512vnni.cpp)
+enum class XForm { kF32, kBf16, kBf16x2, kInt8, kF32Bytes, kInt8Bytes };
+/// x as signed 8-bit parts (kInt8, kInt8Bytes).
+constexpr bool int8_parts(XForm f) { return f == XForm::kInt8 || f == XForm::kInt8Bytes; }
 /// x in f32 words, one per row of a line (kF32, kF32Bytes).
 constexpr bool f32_words(XForm f) { return f == XForm::kF32 || f == XForm::kF32Bytes; }
 /// 32-bit words of xp per line and row: 8 f32, 4 bf16 pairs, 2 x 4 pairs, or 3 parts x 2
 /// parities of 4 bytes (word 2p + j: part p of rows j, j + 2, j + 4, j + 6, a byte each).
-constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : f == XForm::kInt8 ? 6 : 8; }
+constexpr int x_words(XForm f) { return f == XForm::kBf16 ? 4 : int8_parts(f) ? 6 : 8; }
 /// The parts of kInt8 relative to part 0: 2^-7 and 2^-14.
 constexpr int kInt8PartShift = 7;
 constexpr float trick_scale(XForm f) { return f == XForm::kF32 ? 16.0f : f == XForm::kF32Bytes ? 256.0f : 1.0f; }

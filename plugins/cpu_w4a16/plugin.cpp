@@ -153,13 +153,14 @@ int32_t probe(char* msg, size_t cap) {
   if (!why.empty()) return fail(NIBBLE_ERR_INVALID_ARGUMENT, msg, cap, "%s", why.c_str());
   const KernelPlan& bf16 = kernel_plan(NIBBLE_DTYPE_BF16);
   const KernelPlan& f32 = kernel_plan(NIBBLE_DTYPE_F32);
+  const KernelPlan& bf16_8bit = kernel_plan(NIBBLE_DTYPE_BF16, 8);
   const char* amx = amx_unavailable();
   const size_t nodes = process_numa_nodes().size();
   const std::string bf16_plan = bf16.summary + onednn_summary(NIBBLE_DTYPE_BF16, bf16),
                     f32_plan = f32.summary + onednn_summary(NIBBLE_DTYPE_F32, f32);
-  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; f32 activations: %s kernels: %s; AMX: %s; prefetch: %s; calibration: %s",
+  return fail(NIBBLE_OK, msg, cap, "%d threads (the plugin's team%s); bf16 activations: %s kernels: %s; 8-bit layers, bf16 activations: %s; f32 activations: %s kernels: %s; AMX: %s; prefetch: %s; calibration: %s",
               num_threads(), nodes > 1 ? (", workers spread over " + std::to_string(nodes) + " NUMA nodes").c_str() : "",
-              families(bf16).c_str(), bf16_plan.c_str(), families(f32).c_str(), f32_plan.c_str(),
+              families(bf16).c_str(), bf16_plan.c_str(), bf16_8bit.summary.c_str(), families(f32).c_str(), f32_plan.c_str(),
               amx ? amx : "available", prefetch_summary().c_str(), calibration_report().empty() ? "none" : calibration_report().c_str());
 }
 
@@ -181,7 +182,7 @@ int32_t process_weights(const nibble_linear_spec* s, const nibble_canonical_weig
     p->spec = *s;
     p->spec.layer_name = nullptr;  // borrowed from the host; not kept
     try {
-      p->plan = &kernel_plan(s->act_dtype);
+      p->plan = &kernel_plan(s->act_dtype, s->bits);
       if (s->bits == 8) {
         p->w = prepare_cpu_weights_8bit(*s, *w);  // nibble rows: the layer's own bytes
         p->codes = " (8-bit codes as nibble rows)";  // describe_kernel: or as bytes
@@ -513,7 +514,8 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
   const auto& p = *reinterpret_cast<const Prepared*>(h);
   if (runs_onednn(p, m)) return fail(NIBBLE_OK, msg, cap, "%s%s", p.onednn->name(), p.codes);
   const KernelForm& form = p.plan->at(m);
-  if (form.layout(p.spec.act_dtype, m, p.tile_steps, p.w.byte_rows).form == XForm::kF32Bytes)
+  if (const XForm f = form.layout(p.spec.act_dtype, m, p.tile_steps, p.w.byte_rows).form;
+      f == XForm::kF32Bytes || f == XForm::kInt8Bytes)
     return fail(NIBBLE_OK, msg, cap, "%s (8-bit codes as bytes)", form.name);
   return fail(NIBBLE_OK, msg, cap, "%s%s", form.name, p.codes);
 }

@@ -91,6 +91,17 @@ TEST_CASE("an 8-bit layer's bytes go to the forms that read them, for 16-bit act
   CHECK(trick_offset(XForm::kF32Bytes, 1) == 0.0f);
 }
 
+TEST_CASE("8-bit layers have a plan of their own for 16-bit activations, and the 4-bit one for f32") {
+  CHECK(&kernel_plan(NIBBLE_DTYPE_F32, 8) == &kernel_plan(NIBBLE_DTYPE_F32));
+  const KernelPlan& p8 = kernel_plan(NIBBLE_DTYPE_BF16, 8);
+  CHECK(&p8 != &kernel_plan(NIBBLE_DTYPE_BF16));
+  REQUIRE_FALSE(p8.forms.empty());
+  CHECK(p8.forms.front().first == 1);
+  // Its calibration (where it had more than one candidate) is reported beside the 4-bit one's.
+  if (p8.summary.find("calibrated") != std::string::npos)
+    CHECK(calibration_report().find("bf16 8-bit") != std::string::npos);
+}
+
 TEST_CASE("the oneDNN path takes over at the measured crossover on each kind of CPU, and never over the AMX form") {
   const OnednnCpu amx{true, false}, avx512{false, false}, avx2{false, true};
   const KernelForm kAvx2{"fused-avx2", nullptr, true, true, XKind::kF32, 3, false, false, 1, 1, 8, 1, none};

@@ -11,10 +11,11 @@
 #      three times and without once; each log keeps its seed;
 #   2. nibble bench fp16 at M = 1, 2, 4, 8 (the GEMV's x loads changed: M <= 8 must be no slower
 #      than the 2026-12-02 run: M = 1 6.4-66.2 us, M = 8 9.0-67.6 us);
-#   3. on the host's CPU (the Xeon of issue 15): bench/ab.sh, the CPU plugin of the previous
-#      commit (8-bit layers as nibble rows) against this one (fused-avx512 reads an 8-bit layer's
-#      bytes), --bits 8, M = 1 and 4 (fused-avx512 on that host; gemm-amx from M = 6), 16 and 2
-#      threads, 2 rounds (bundle: bench/ab_bundle.sh /work/build-old build .gpu/ab);
+#   3. on the host's CPU (the Xeon of issue 15): bench/ab.sh, the CPU plugin before the byte forms
+#      (8-bit layers as nibble rows; /work/build-old: commit 6761b59) against this one (8-bit
+#      layers have their own calibrated plan; fused-avx512 and dot-avx512vnni read their bytes),
+#      and this one with dot-avx512vnni forced; --bits 8, M = 1 and 4, 16 and 2 threads, 2 rounds
+#      (bundle: bench/ab_bundle.sh /work/build-old build .gpu/ab);
 #   4. the peers table in bf16 through the automatic choice, M = 16-4096, the 8 shapes.
 # Bundle: rm -rf .gpu && plugins/cuda_w4a16/gpu_check.sh bundle && xz the plugin and bench_kernels,
 # copy this script and docs/bench/h200-2026-12-02/peers.py into .gpu. Run: bash .gpu/call1.sh
@@ -63,9 +64,12 @@ PY
 say "== 3. CPU A/B, 8 bits ($((SECONDS - T0)) s)"
 if [ -d "$here/ab" ]; then
   (cd "$here/.." && OUT=$STD/ab AB_SHAPES=4096x4096,14336x4096,8192x57344 AB_M=1,4 AB_THREADS=16,2 \
-     AB_ARGS="--bits 8" AB_ROUNDS=2 AB_BUDGET_S=150 timeout 170 bash bench/ab.sh "$here/ab" > "$STD/ab.log" 2>&1)
+     AB_ARGS="--bits 8" AB_ROUNDS=2 AB_BUDGET_S=180 AB_SIDES="old new dot:new+NIBBLE_CPU_ISA=avx512vnni" \
+     timeout 200 bash bench/ab.sh "$here/ab" > "$STD/ab.log" 2>&1)
   say "   exit $? after $((SECONDS - T0)) s"
   cat "$STD/ab/summary.txt" 2>/dev/null | tee -a "$S"
+  NIBBLE_PLUGIN_PATH=$here/ab/new/plugins/cpu_w4a16 LD_LIBRARY_PATH=$here/ab/lib:$LD_LIBRARY_PATH \
+    "$here/ab/new/tools/nibble/nibble" plugins 2>&1 | grep probe | tee -a "$S"
 fi
 say "== 4. bench bf16 through the automatic choice ($((SECONDS - T0)) s)"
 NIBBLE_PLUGIN_PATH=$P timeout $((540 - (SECONDS - T0))) "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
