@@ -167,18 +167,31 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
       split([](float q, float d, float) { return q / d; });
     // Word 2p + J of line l's slot: byte i = part p of the row that step J (and, for 2-bit codes,
     // the line's half H of its pair) multiplies by the code in byte i (kernels.h, kernel_avx512vnni.cpp).
+    // 4-bit codes and 8-bit nibble rows: the word of parity J is bytes J, J + 2, J + 4, J + 6 of the
+    // line's 8 bytes of the part (little-endian), packed with masks and shifts.
+    const auto even_bytes = [](uint64_t b) {
+      b &= 0x00ff00ff00ff00ffull;
+      b = (b | b >> 8) & 0x0000ffff0000ffffull;
+      return uint32_t(b | b >> 16);
+    };
     for (int64_t l = l0; l < l1; ++l) {
       const int64_t li = l - l0;
       uint32_t words[6];
-      for (int p = 0; p < 3; ++p)
-        for (int J = 0; J < 2; ++J) {
-          uint32_t word = 0;
-          for (int i = 0; i < 4; ++i) {
-            const int64_t idx = two ? (li / 2) * 16 + 4 * i + 2 * (li % 2) + J : li * 8 + 2 * i + J;
-            word |= uint32_t(uint8_t(part[p][idx])) << (8 * i);
+      for (int p = 0; p < 3; ++p) {
+        if (two) {
+          for (int J = 0; J < 2; ++J) {
+            uint32_t word = 0;
+            for (int i = 0; i < 4; ++i)
+              word |= uint32_t(uint8_t(part[p][(li / 2) * 16 + 4 * i + 2 * (li % 2) + J])) << (8 * i);
+            words[2 * p + J] = word;
           }
-          words[2 * p + J] = word;
+        } else {
+          uint64_t b;
+          std::memcpy(&b, &part[p][li * 8], sizeof b);
+          words[2 * p] = even_bytes(b);
+          words[2 * p + 1] = even_bytes(b >> 8);
         }
+      }
       std::memcpy(xp + slots.at(r, sg, l), words, sizeof words);
     }
     sums[(sg * 2) * rb] = unit;
