@@ -9,16 +9,19 @@
 # Steps:
 #   1. the conformance suite, in parallel: cuBLAS forced, v1 forced, the automatic choice with PDL
 #      three times and without once; each log keeps its seed;
-#   2. nibble bench fp16 at M = 1, 2, 4, 8 (the GEMV's x loads changed: M <= 8 must be no slower
-#      than the 2026-12-02 run: M = 1 6.4-66.2 us, M = 8 9.0-67.6 us);
+#   2. the GEMV's x loads changed: M <= 8 must be no slower. bench/ab.sh on the GPU, the CUDA
+#      plugin before the change (1fbde70^, x through __ldg) against this one (__ldcg), fp16, the 8
+#      shapes, M = 1, 4, 8, 2 rounds (bundle: AB_PLUGIN=cuda_w4a16 bench/ab_bundle.sh
+#      /work/build-oldcuda build .gpu/abgpu, the two plugins xz-compressed); the 2026-12-02 run
+#      gave M = 1 6.4-66.2 us, M = 8 9.0-67.6 us;
 #   3. on the host's CPU (the Xeon of issue 15): bench/ab.sh, the CPU plugin before the byte forms
 #      (8-bit layers as nibble rows; /work/build-old: commit 6761b59) against this one (8-bit
 #      layers have their own calibrated plan; fused-avx512 and dot-avx512vnni read their bytes),
 #      and this one with dot-avx512vnni forced; --bits 8, M = 1 and 4, 16 and 2 threads, 2 rounds
 #      (bundle: bench/ab_bundle.sh /work/build-old build .gpu/ab);
 #   4. the peers table in bf16 through the automatic choice, M = 16-4096, the 8 shapes.
-# Bundle: rm -rf .gpu && plugins/cuda_w4a16/gpu_check.sh bundle && xz the plugin and bench_kernels,
-# copy this script and docs/bench/h200-2026-12-02/peers.py into .gpu. Run: bash .gpu/call1.sh
+# Bundle: docs/bench/device-2026-12-07e/bundle.sh (builds the reference builds where missing).
+# Run (device, kind nvidia-h200, carry [".gpu"]): bash .gpu/call1.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 : "${OUT:?}"
@@ -47,20 +50,13 @@ for f in "$STD"/conf.*; do
   say "-- ${f##*/conf.}: $(grep -m1 'conformance seed' "$f") | $(grep -m1 'cases checked' "$f" | sed 's/^[a-z0-9_]*: //') $(tail -1 "$f")"
   grep "logged" "$f" | head -8 | cut -c1-260 | tee -a "$S"
 done
-say "== 2. bench fp16 M = 1-8 ($((SECONDS - T0)) s)"
-NIBBLE_PLUGIN_PATH=$P timeout 150 "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
-  --m 1,2,4,8 --dtype f16 --budget 0.1 --json "$OUT/bench_f16_small.json" > "$STD/bench_f16_small.txt" 2>&1
-say "   exit $? after $((SECONDS - T0)) s"
-/usr/bin/env python3 - "$OUT/bench_f16_small.json" <<'PY' 2>&1 | tee -a "$S"
-import json, sys
-r = json.load(open(sys.argv[1]))["results"]
-for m in sorted({x["m"] for x in r}):
-    row = [x for x in r if x["m"] == m]
-    t = [x["time_us"] for x in row]
-    print(f"   M={m}: {min(t):.1f}-{max(t):.1f} us; " + " ".join(
-        f"{x['shape']}:{x['kernel'].split()[0]}:{x['time_us']:.1f}({(x['speedup_vs_dense'] or 0):.2f}x)"
-        + ("" if x["check_ok"] else "CHECK-FAILED") for x in row))
-PY
+say "== 2. GEMV A/B, M = 1-8 ($((SECONDS - T0)) s)"
+if [ -d "$here/abgpu" ]; then
+  (cd "$here/.." && OUT=$STD/abgpu AB_BACKEND=cuda_w4a16 AB_SHAPES=llama3-8b,llama3-70b AB_M=1,4,8 AB_ROUNDS=2 \
+     AB_BUDGET_S=110 timeout 130 bash bench/ab.sh "$here/abgpu" > "$STD/abgpu.log" 2>&1)
+  say "   exit $? after $((SECONDS - T0)) s"
+  grep -E "^[0-9a-z]|median|geometric" "$STD/abgpu/summary.txt" 2>/dev/null | tee -a "$S"
+fi
 say "== 3. CPU A/B, 8 bits ($((SECONDS - T0)) s)"
 if [ -d "$here/ab" ]; then
   (cd "$here/.." && OUT=$STD/ab AB_SHAPES=4096x4096,14336x4096,8192x57344 AB_M=1,4 AB_THREADS=16,2 \
