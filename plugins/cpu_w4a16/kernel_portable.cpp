@@ -174,7 +174,10 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
       b = (b | b >> 8) & 0x0000ffff0000ffffull;
       return uint32_t(b | b >> 16);
     };
-    for (int64_t l = l0; l < l1; ++l) {
+    // The slots of consecutive lines are rb x_words words apart (the line layout: XSlots::at).
+    float* slot = xp + slots.at(r, sg, l0);
+    const int64_t slot_stride = rb * x_words(slots.l.form);
+    for (int64_t l = l0; l < l1; ++l, slot += slot_stride) {
       const int64_t li = l - l0;
       uint32_t words[6];
       for (int p = 0; p < 3; ++p) {
@@ -192,7 +195,7 @@ void gather_segments_int8(const CpuWeights& w, const XSlots& slots, int64_t r, c
           words[2 * p + 1] = even_bytes(b >> 8);
         }
       }
-      std::memcpy(xp + slots.at(r, sg, l), words, sizeof words);
+      std::memcpy(slot, words, sizeof words);
     }
     sums[(sg * 2) * rb] = unit;
     sums[(sg * 2 + 1) * rb] = float(std::ldexp(double(sum) * (bytes ? 17 : 1), -2 * kInt8PartShift));
@@ -253,9 +256,12 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m) {
 
 namespace {
 // Parts per row: a row splits into one part per member when there are fewer rows than members, so
-// that M = 1 is gathered by the whole team; rows through row_src read all of x's row and stay whole.
+// that M = 1 is gathered by the whole team. A part of a row read through row_src (act order, 8-bit
+// nibble rows, nibble planes) converts all of x's row, as its lines may read any of it: K
+// conversions per part, against the gather of the part's lines through row_src, which for 8-bit
+// nibble rows (two rows per code) is the larger cost.
 int64_t row_parts(const CpuWeights& w, int64_t m, int members) {
-  return m < members && w.identity_rows ? std::min<int64_t>(members, w.segments()) : 1;
+  return m < members ? std::min<int64_t>(members, w.segments()) : 1;
 }
 }  // namespace
 
