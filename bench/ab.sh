@@ -39,7 +39,7 @@ sum=$OUT/summary.txt benchtxt=$OUT/bench.txt
 : >"$benchtxt"
 note() { echo "$*" | tee -a "$sum"; }
 
-for z in "$B"/lib/*.xz; do [[ -e "$z" ]] && xz -d -k -f "$z"; done
+for z in "$B"/lib/*.xz "$B"/*/plugins/*/*.so.xz; do [[ -e "$z" ]] && xz -d -k -f "$z"; done
 nib() {  # nib BUILD ARGS...: that build's nibble with its own libnibble and plugin only
   local side=$1
   shift

@@ -1,9 +1,10 @@
 #!/bin/bash
-# Makes .gpu for call1.sh, from the repository root, after `ninja -C build` (the whole tree,
-# CUDA plugin included). Builds the two reference builds it compares with where they are missing:
+# bundle.sh 1|2: makes .gpu for call1.sh (the GPU) or call2.sh (the host's CPU), after `ninja -C
+# build` (the whole tree, CUDA plugin included). Builds the reference build the call compares
+# with where it is missing:
 #   /work/build-old      the CPU plugin of 6761b59 (before the 8-bit byte forms)
 #   /work/build-oldcuda  the CUDA plugin of 1fbde70^ (the GEMV reading x through __ldg)
-# About 2 + 5 minutes on 2 cores the first time. The result stays under the 64 MiB a call carries.
+# About 5 (call 1) or 2 (call 2) minutes on 2 cores the first time. The result stays under the 64 MiB a call carries.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 ref() {  # ref COMMIT DIR MESON_ARGS TARGETS...
@@ -15,16 +16,21 @@ ref() {  # ref COMMIT DIR MESON_ARGS TARGETS...
   (cd "/tmp/src-$commit" && meson setup "$dir" $args -Drocm=disabled -Dtests=false -Dpython=disabled \
      -Dbuildtype=release >/dev/null && ninja -C "$dir" "$@" >/dev/null)
 }
-ref 6761b59 /work/build-old "-Dcuda=disabled" tools/nibble/nibble plugins/cpu_w4a16/cpu_w4a16.so
-ref 1fbde70^ /work/build-oldcuda "-Dcpu_plugin=disabled" tools/nibble/nibble plugins/cuda_w4a16/cuda_w4a16.so
+which=${1:?usage: bundle.sh 1|2 (the call it bundles for)}
 rm -rf .gpu
-plugins/cuda_w4a16/gpu_check.sh bundle
-rm -rf .gpu/tests/data  # the carried tree has tests/data; call1.sh needs no fixtures
-xz -T2 -6 .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so .gpu/build/plugins/cuda_w4a16/bench_kernels
-cp docs/bench/device-2026-12-07e/call1.sh docs/bench/h200-2026-12-02/peers.py .gpu/
-bench/ab_bundle.sh /work/build-old build .gpu/ab
-AB_PLUGIN=cuda_w4a16 bench/ab_bundle.sh /work/build-oldcuda build .gpu/abgpu
-xz -T2 -6 .gpu/abgpu/old/plugins/cuda_w4a16/cuda_w4a16.so .gpu/abgpu/new/plugins/cuda_w4a16/cuda_w4a16.so
+if [[ $which == 1 ]]; then
+  ref 1fbde70^ /work/build-oldcuda "-Dcpu_plugin=disabled" tools/nibble/nibble plugins/cuda_w4a16/cuda_w4a16.so
+  plugins/cuda_w4a16/gpu_check.sh bundle
+  rm -rf .gpu/tests/data .gpu/build/plugins/cuda_w4a16/bench_kernels  # the carried tree has tests/data
+  xz -T2 -6 .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so
+  AB_PLUGIN=cuda_w4a16 bench/ab_bundle.sh /work/build-oldcuda build .gpu/abgpu
+  cp docs/bench/device-2026-12-07e/call1.sh docs/bench/h200-2026-12-02/peers.py .gpu/
+else
+  ref 6761b59 /work/build-old "-Dcuda=disabled" tools/nibble/nibble plugins/cpu_w4a16/cpu_w4a16.so
+  mkdir -p .gpu
+  bench/ab_bundle.sh /work/build-old build .gpu/ab
+  cp docs/bench/device-2026-12-07e/call2.sh .gpu/
+fi
 du -sh .gpu
 size=$(du -sm .gpu | cut -f1)
 [ "$size" -le 42 ] || { echo ".gpu is $size MiB: with the tracked tree over the 64 MiB a call may carry" >&2; exit 1; }

@@ -14,13 +14,9 @@
 #      shapes, M = 1, 4, 8, 2 rounds (bundle: AB_PLUGIN=cuda_w4a16 bench/ab_bundle.sh
 #      /work/build-oldcuda build .gpu/abgpu, the two plugins xz-compressed); the 2026-12-02 run
 #      gave M = 1 6.4-66.2 us, M = 8 9.0-67.6 us;
-#   3. on the host's CPU (the Xeon of issue 15): bench/ab.sh, the CPU plugin before the byte forms
-#      (8-bit layers as nibble rows; /work/build-old: commit 6761b59) against this one (8-bit
-#      layers have their own calibrated plan; fused-avx512 and dot-avx512vnni read their bytes),
-#      and this one with dot-avx512vnni forced; --bits 8, M = 1 and 4, 16 and 2 threads, 2 rounds
-#      (bundle: bench/ab_bundle.sh /work/build-old build .gpu/ab);
-#   4. the peers table in bf16 through the automatic choice, M = 16-4096, the 8 shapes.
-# Bundle: docs/bench/device-2026-12-07e/bundle.sh (builds the reference builds where missing).
+#   3. the peers table in bf16 through the automatic choice, M = 16-4096, the 8 shapes.
+# The CPU half of this session's device work (the Xeon host) is call2.sh.
+# Bundle: docs/bench/device-2026-12-07e/bundle.sh 1 (builds the reference build where missing).
 # Run (device, kind nvidia-h200, carry [".gpu"]): bash .gpu/call1.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,21 +49,11 @@ done
 say "== 2. GEMV A/B, M = 1-8 ($((SECONDS - T0)) s)"
 if [ -d "$here/abgpu" ]; then
   (cd "$here/.." && OUT=$STD/abgpu AB_BACKEND=cuda_w4a16 AB_SHAPES=llama3-8b,llama3-70b AB_M=1,4,8 AB_ROUNDS=2 \
-     AB_BUDGET_S=110 timeout 130 bash bench/ab.sh "$here/abgpu" > "$STD/abgpu.log" 2>&1)
+     AB_BUDGET_S=150 timeout 170 bash bench/ab.sh "$here/abgpu" > "$STD/abgpu.log" 2>&1)
   say "   exit $? after $((SECONDS - T0)) s"
   grep -E "^[0-9a-z]|median|geometric" "$STD/abgpu/summary.txt" 2>/dev/null | tee -a "$S"
 fi
-say "== 3. CPU A/B, 8 bits ($((SECONDS - T0)) s)"
-if [ -d "$here/ab" ]; then
-  (cd "$here/.." && OUT=$STD/ab AB_SHAPES=4096x4096,14336x4096,8192x57344 AB_M=1,4 AB_THREADS=16,2 \
-     AB_ARGS="--bits 8" AB_ROUNDS=2 AB_BUDGET_S=180 AB_SIDES="old new dot:new+NIBBLE_CPU_ISA=avx512vnni" \
-     timeout 200 bash bench/ab.sh "$here/ab" > "$STD/ab.log" 2>&1)
-  say "   exit $? after $((SECONDS - T0)) s"
-  cat "$STD/ab/summary.txt" 2>/dev/null | tee -a "$S"
-  NIBBLE_PLUGIN_PATH=$here/ab/new/plugins/cpu_w4a16 LD_LIBRARY_PATH=$here/ab/lib:$LD_LIBRARY_PATH \
-    "$here/ab/new/tools/nibble/nibble" plugins 2>&1 | grep probe | tee -a "$S"
-fi
-say "== 4. bench bf16 through the automatic choice ($((SECONDS - T0)) s)"
+say "== 3. bench bf16 through the automatic choice ($((SECONDS - T0)) s)"
 NIBBLE_PLUGIN_PATH=$P timeout $((540 - (SECONDS - T0))) "$NIBBLE" bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b \
   --m 16,32,64,128,256,1024,4096 --dtype bf16 --budget 0.05 --json "$OUT/bench_bf16.json" > "$STD/bench_bf16.txt" 2>&1
 say "   exit $? after $((SECONDS - T0)) s"
