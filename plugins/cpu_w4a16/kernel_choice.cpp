@@ -388,19 +388,35 @@ const KernelForm* kernel_form(const std::string& name) {
 
 KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
                            const std::vector<std::vector<double>>& times) {
-  // Per M: the prior form, or the fastest where it is faster by more than kMargin.
-  KernelPlan plan;
-  for (size_t i = 0; i < ms.size(); ++i) {
+  // Per M: the prior form, or the fastest where it is faster by more than kMargin; among the
+  // one-tile forms only (`one_tile`), or among all.
+  const auto pick_at = [&](size_t i, bool one_tile) {
     size_t prior = SIZE_MAX, fastest = SIZE_MAX;
     for (size_t f = 0; f < candidates.size(); ++f) {
+      if (one_tile && candidates[f]->compute_bound) continue;
       if (fastest == SIZE_MAX || times[f][i] < times[fastest][i]) fastest = f;
       const int64_t from = candidates[f]->prior_from;
       if (from > 0 && from <= ms[i] && (prior == SIZE_MAX || from > candidates[prior]->prior_from)) prior = f;
     }
-    const size_t pick = prior != SIZE_MAX && times[prior][i] <= kMargin * times[fastest][i] ? prior : fastest;
-    if (plan.forms.empty() || plan.forms.back().second != candidates[pick])
-      plan.forms.push_back({i == 0 ? 1 : ms[i], candidates[pick]});
+    return prior != SIZE_MAX && times[prior][i] <= kMargin * times[fastest][i] ? prior : fastest;
+  };
+  std::vector<size_t> picks(ms.size());
+  for (size_t i = 0; i < ms.size(); ++i) picks[i] = pick_at(i, false);
+  // A GEMM form runs from one M to the end: its advantage (the weights' decode shared by more
+  // rows) grows with M, so a GEMM pick below a larger M where a one-tile form wins is the
+  // calibration's noise, and the one-tile forms take that M instead.
+  bool one_tile_above = false;
+  for (size_t i = ms.size(); i-- > 0;) {
+    if (!candidates[picks[i]]->compute_bound) one_tile_above = true;
+    else if (one_tile_above) {
+      const size_t f = pick_at(i, true);
+      if (f != SIZE_MAX) picks[i] = f;
+    }
   }
+  KernelPlan plan;
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (plan.forms.empty() || plan.forms.back().second != candidates[picks[i]])
+      plan.forms.push_back({i == 0 ? 1 : ms[i], candidates[picks[i]]});
   plan.summary = describe(plan);
   return plan;
 }

@@ -39,6 +39,16 @@ TEST_CASE("the prior stays where the calibration shows no clear winner") {
         "fused-bf16 M < 16, gemm-bf16 M >= 16");
 }
 
+TEST_CASE("a GEMM form runs from one M to the end: a win below a one-tile M is noise") {
+  // The GEMM form clearly faster at 4 and 8, not at 16, clearly again from 32 (a noisy calibration
+  // on a shared machine): one crossover, at 32, where it wins to the end.
+  CHECK(plan({&kFused, &kGemm}, {{6, 10, 30, 60, 75, 150, 300}, {12, 14, 20, 40, 74, 100, 200}}) ==
+        "fused-bf16 M < 32, gemm-bf16 M >= 32");
+  // A one-tile form only at the largest M: no GEMM form at all.
+  CHECK(plan({&kFused, &kGemm}, {{6, 10, 30, 60, 75, 150, 200}, {12, 14, 20, 40, 74, 100, 300}}) ==
+        "fused-bf16 all M");
+}
+
 TEST_CASE("a form without a prior (AMX) runs only where it is clearly faster") {
   CHECK(plan({&kFused, &kAmx, &kGemm},
              {{6, 10, 18, 37, 75, 150, 300}, {9, 11, 16, 20, 25, 40, 70}, {12, 14, 17, 34, 66, 140, 270}}) ==
