@@ -4,7 +4,7 @@
 # layers as nibble rows; commit 6761b59) against this one (8-bit layers have their own calibrated
 # plan; fused-avx512 and dot-avx512vnni read their bytes; rows through row_src gathered by the
 # whole team), and this one with dot-avx512vnni forced; --bits 8, M = 1 and 4, 16 and 2 threads,
-# 2 rounds; then the new build's probe (its plans, the 8-bit one included, and the calibrations).
+# 2 rounds (as run: AB_BUDGET_S=290, timeout 310, to fit the session's device time); then the new build's probe (its plans, the 8-bit one included, and the calibrations).
 # Bundle: docs/bench/device-2026-12-07e/bundle.sh 2. Run (carry [".gpu"]): bash .gpu/call2.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
