@@ -98,7 +98,7 @@ struct CpuWeights {
   std::vector<float> row_mult;
   /// An 8-bit layer's nibble rows (prepare_cpu_weights_8bit): byte i of a word is also the 8-bit
   /// code of the real row whose low nibble is row 2i, which the forms that read bytes
-  /// (KernelForm::bytes, XForm::kF32Bytes) multiply as one code.
+  /// (KernelForm::bytes, XForm::kF32Bytes / kInt8Bytes) multiply as one code.
   bool byte_rows = false;
 
   int64_t segments() const { return int64_t(seg_group.size()); }

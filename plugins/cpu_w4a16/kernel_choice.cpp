@@ -71,8 +71,9 @@ bool cpu_has_amx_bf16() {
 // kernel_gemm_impl.h's Blocking, the AMX form's column block); below min_quanta quanta (8 tiles)
 // per member apply splits K as well.
 // two_bit: the forms with a 2-bit kernel (all of them today). bytes: the forms that multiply an
-// 8-bit layer's bytes as codes (XForm::kF32Bytes, kInt8Bytes) instead of its nibble rows: the f32
-// one-tile forms and dot-avx512vnni (dot-avx2's vpmaddubsw would saturate: 2 x 255 x 127 > 2^15).
+// 8-bit layer's bytes as codes (XForm::kF32Bytes, kInt8Bytes) instead of its nibble rows:
+// fused-avx512, fused-avx2 and dot-avx512vnni (dot-avx2's vpmaddubsw would saturate: 2 x 255 x
+// 127 > 2^15; fused-portable and the GEMM forms read nibble rows).
 // prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
 // fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
 // prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
@@ -127,7 +128,8 @@ uint32_t next_random(uint64_t& s) {
 }
 
 // The calibration layer (uint4b8, bf16 scales around 1/64); for the plan of 8-bit layers a
-// uint8b128 one of the same shape (512 KiB: in L2 on the CPUs this runs on), prepared as nibble rows.
+// uint8b128 one of the same shape, prepared as nibble rows (512 KiB: in L2 on CPUs of 1 MiB or
+// more of it, in L3 on a Zen 3, whose L2 is 512 KiB; the 4-bit layer is half that).
 CpuWeights calibration_layer(int32_t act_dtype, bool bits8) {
   const int64_t n = kCalN;
   std::vector<uint32_t> q(size_t(kCalK / (bits8 ? 4 : 8) * n));
@@ -403,14 +405,21 @@ KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, con
   std::vector<size_t> picks(ms.size());
   for (size_t i = 0; i < ms.size(); ++i) picks[i] = pick_at(i, false);
   // A GEMM form runs from one M to the end: its advantage (the weights' decode shared by more
-  // rows) grows with M, so a GEMM pick below a larger M where a one-tile form wins is the
-  // calibration's noise, and the one-tile forms take that M instead.
-  bool one_tile_above = false;
-  for (size_t i = ms.size(); i-- > 0;) {
-    if (!candidates[picks[i]]->compute_bound) one_tile_above = true;
-    else if (one_tile_above) {
-      const size_t f = pick_at(i, true);
-      if (f != SIZE_MAX) picks[i] = f;
+  // rows) grows with M. Past its first pick, a one-tile pick where the GEMM form is within the
+  // margin of it (the prior kept, or noise) goes to the GEMM form; where the GEMM form is clearly
+  // slower, its picks below were the calibration's noise, and the one-tile forms take them back.
+  size_t gemm = SIZE_MAX, region = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (candidates[picks[i]]->compute_bound) {
+      if (gemm == SIZE_MAX) region = i;
+      gemm = picks[i];
+    } else if (gemm != SIZE_MAX) {
+      if (times[gemm][i] <= kMargin * times[picks[i]][i]) {
+        picks[i] = gemm;
+      } else {
+        for (size_t k = region; k < i; ++k) picks[k] = pick_at(k, true);
+        gemm = SIZE_MAX;
+      }
     }
   }
   KernelPlan plan;

@@ -83,7 +83,9 @@ const char* amx_unavailable();
 /// candidates in the menu's order of preference. The calibration runs everything from cache, one
 /// thread, so it sees compute rates, not how a form streams its weights from memory: per M, the
 /// prior form (KernelForm::prior_from; of equal ones the first) stays unless another is faster by
-/// more than kMargin. (Exposed for the unit test.)
+/// more than kMargin. A GEMM form (compute_bound), once picked, runs to the largest M where it is
+/// within kMargin of the pick there; where it is clearly slower at a larger M its picks below
+/// are taken as noise and go back to the one-tile forms. (Exposed for the unit test.)
 KernelPlan plan_from_times(const std::vector<const KernelForm*>& candidates, const std::vector<int64_t>& ms,
                            const std::vector<std::vector<double>>& times);
 constexpr double kMargin = 1.25;

@@ -15,12 +15,14 @@
 // f32 activations use the exact form t(k) = q(k) - z instead (`kExact`), since their tolerance is
 // 2^-20.
 //
-// The integer forms (T::kInteger: dot-avx512vnni, dot-avx2; x as XForm::kInt8) use the same walk
-// with t(k) = q(k) as bytes and int32 accumulators (T::Acc), and end a segment in
+// The integer forms (T::kInteger: dot-avx512vnni, dot-avx2; x as XForm::kInt8 or kInt8Bytes) use
+// the same walk with t(k) = q(k) as bytes and int32 accumulators (T::Acc), and end a segment in
 // int_segment_end below instead.
 //
 // A line is 16 u32 words = 8 rows x 16 columns: 8 extractions feed 8 * MB FMAs, so the kernel is
-// bandwidth-bound at small M and runs at most of the FMA peak at MB = 8.
+// bandwidth-bound at small M and runs at most of the FMA peak at MB = 8. An 8-bit layer's line
+// (8 nibble rows = 4 codes per word) read as bytes (XForm::kF32Bytes, kInt8Bytes) is 4 steps of
+// one code each, or 1 step of 4 codes for vpdpbusd.
 #pragma once
 
 #include <algorithm>
@@ -87,9 +89,10 @@ inline float as_float(const uint32_t* p) {
 }
 
 // A traits type T gives the ISA's vector types and operations, and how a line's codes become
-// operands: T::kSteps operands per line (8 rows one by one, or 4 pairs of rows), each multiplied
-// by T::kParts broadcast words of x per row (kernel_avx512.cpp, kernel_avx2.cpp,
-// kernel_avx512bf16.cpp).
+// operands: T::kSteps operands per line (8 rows one by one, 4 pairs of rows, 2 parities of 4
+// rows, or an 8-bit layer's 4 codes), each multiplied by T::kParts broadcast words of x per row,
+// word XWord<T>::at(p, J) of the row's slot (kernel_avx512.cpp, kernel_avx2.cpp,
+// kernel_avx512bf16.cpp, kernel_avx512vnni.cpp).
 //
 // Independent accumulator chains per row, T::chains(MB): a multiply-add waits ~4-6 cycles for the
 // previous one into the same register and two issue per cycle, so about 8-12 chains in all keep

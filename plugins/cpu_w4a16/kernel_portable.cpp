@@ -257,9 +257,9 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m) {
 namespace {
 // Parts per row: a row splits into one part per member when there are fewer rows than members, so
 // that M = 1 is gathered by the whole team. A part of a row read through row_src (act order, 8-bit
-// nibble rows, nibble planes) converts all of x's row, as its lines may read any of it: K
-// conversions per part, against the gather of the part's lines through row_src, which for 8-bit
-// nibble rows (two rows per code) is the larger cost.
+// nibble rows, nibble planes) converts all of x's row, as its lines may read any of it: each
+// member then takes K conversions and 1/P of the padded rows, where one member alone took the K
+// conversions and all the rows (8-bit nibble rows: 2K) while the others waited.
 int64_t row_parts(const CpuWeights& w, int64_t m, int members) {
   return m < members ? std::min<int64_t>(members, w.segments()) : 1;
 }

@@ -98,7 +98,9 @@ int64_t x_buffer_words(const CpuWeights& w, const XLayout& l, int64_t m);
 ///       the zero point); for symmetric weights (CpuWeights::tile_zeros null) A also holds the
 ///       zero point's term, A + (8 / S) X, and the kernels leave X alone. kInt8: A = 2^e, the
 ///       unit of the segment's parts, and X = the sum of the segment's x as the parts hold it, in
-///       that unit (the zero point's term is the kernel's: there is no trick to correct)
+///       that unit (the zero point's term is the kernel's: there is no trick to correct);
+///       kInt8Bytes: the same over the low-nibble rows only, X times 17 (the nibble rows' zero
+///       points are z / 17)
 ///   y   f32 [m][ldy]: the output of segments [seg0, seg1) (a K slice; all segments unless apply
 ///       splits K), written (not accumulated) for tiles [t0, t1)
 struct FusedArgs {

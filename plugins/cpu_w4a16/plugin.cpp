@@ -37,7 +37,8 @@ using plugin::guarded;
 nibble_capabilities make_caps() {
   nibble_capabilities c{};
   c.formats = NIBBLE_FORMATS_ALL;
-  // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit); 2 bits as native
+  // 8 bits run on the 4-bit kernels as nibble rows (prepare_cpu_weights_8bit), which the forms
+  // that read bytes (KernelForm::bytes) multiply as whole codes; 2 bits as native
   // 2-bit codes where every form of the plan reads them (cpu_weights.h), else, and 3 bits, as
   // nibble planes (plugins/common/nibble_planes.h).
   for (int32_t t : {NIBBLE_WT_UINT4, NIBBLE_WT_UINT4B8, NIBBLE_WT_UINT8, NIBBLE_WT_UINT8B128, NIBBLE_WT_UINT2,

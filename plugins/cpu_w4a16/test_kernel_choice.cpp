@@ -39,14 +39,21 @@ TEST_CASE("the prior stays where the calibration shows no clear winner") {
         "fused-bf16 M < 16, gemm-bf16 M >= 16");
 }
 
-TEST_CASE("a GEMM form runs from one M to the end: a win below a one-tile M is noise") {
-  // The GEMM form clearly faster at 4 and 8, not at 16, clearly again from 32 (a noisy calibration
-  // on a shared machine): one crossover, at 32, where it wins to the end.
+TEST_CASE("a GEMM form runs from one M to the end") {
+  // The GEMM form clearly faster at 4 and 8, level at 16 (where the one-tile prior stays by the
+  // margin), clearly faster again from 32 (a noisy calibration on a shared machine): one
+  // crossover, at 4.
   CHECK(plan({&kFused, &kGemm}, {{6, 10, 30, 60, 75, 150, 300}, {12, 14, 20, 40, 74, 100, 200}}) ==
-        "fused-bf16 M < 32, gemm-bf16 M >= 32");
-  // A one-tile form only at the largest M: no GEMM form at all.
+        "fused-bf16 M < 4, gemm-bf16 M >= 4");
+  // Clearly slower at the largest M: its wins below were noise, and no GEMM form runs.
   CHECK(plan({&kFused, &kGemm}, {{6, 10, 30, 60, 75, 150, 200}, {12, 14, 20, 40, 74, 100, 300}}) ==
         "fused-bf16 all M");
+  // A GEMM form without a prior (gemm-avx2), 1.9x faster from M = 4 but only 1.15x at 64, where
+  // the one-tile prior stays by the margin: it still runs to the end.
+  const KernelForm avx2{"fused-avx2", nullptr, true, true, XKind::kF32, 3, false, false, 1, 1, 8, 1, none};
+  const KernelForm avx2_gemm{"gemm-avx2", nullptr, true, false, XKind::kF32, 6, false, true, 1, 32, 8, 0, none};
+  CHECK(plan({&avx2, &avx2_gemm}, {{10, 20, 40, 80, 160, 320, 640}, {12, 18, 21, 42, 84, 168, 556}}) ==
+        "fused-avx2 M < 4, gemm-avx2 M >= 4");
 }
 
 TEST_CASE("a form without a prior (AMX) runs only where it is clearly faster") {
