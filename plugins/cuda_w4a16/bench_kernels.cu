@@ -319,13 +319,14 @@ struct DiagVariant {
   bool lsu = false;    // weights and records by producer warps 1-3 (16-byte cp.async), not bulk copies
   bool split = false;  // the split fix-up (a cooperative launch)
   bool waves = false;  // whole waves in raster order before a stream-K tail (kWgSchedWaves)
+  bool cluster = false;  // clusters of 2 blocks, x multicast (kWgSchedCluster; the x image, BM >= 128)
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
 constexpr int32_t kWgLeavesWorkOut = nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma |
                                      nibble::cuda::kWgOneWg | nibble::cuda::kWgNoX | nibble::cuda::kWgNoW |
                                      nibble::cuda::kWgNoEpilogue | nibble::cuda::kWgNoWait | nibble::cuda::kWgNoY |
-                                     nibble::cuda::kWgNoFixup;
+                                     nibble::cuda::kWgNoFixup | nibble::cuda::kWgHalfX;
 
 // The tokens that set GemmParams::ablate bits.
 const std::pair<const char*, int32_t> kDiagTokens[] = {
@@ -343,6 +344,7 @@ const std::pair<const char*, int32_t> kDiagTokens[] = {
     {"noy", nibble::cuda::kWgNoY},
     {"nofix", nibble::cuda::kWgNoFixup},
     {"pfence", nibble::cuda::kWgProxyFence},
+    {"xhalf", nibble::cuda::kWgHalfX},
     {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
                  nibble::cuda::kWgNoEpilogue},
     {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
@@ -371,14 +373,16 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->split = true;
     else if (t == "waves")
       v->waves = true;
+    else if (t == "cluster")
+      v->cluster = true;
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
-    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 13))
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 14))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
       for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
-      *why += " nosk ximg lsu split waves st<N> <mask>)";
+      *why += " nosk ximg lsu split waves cluster st<N> <mask>)";
       return false;
     }
   }
@@ -580,13 +584,20 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       for (const DiagVariant& v : variants) {
         gp.ablate = int16_t(v.ablate);   // the WgAblate bits (below 1 << 10)
         gp.stages = uint8_t(v.stages);  // checked when parsed
-        const int grid = v.nosk ? tiles : plan.grid;
+        // Clusters of 2: a whole number of clusters the device holds at once, tiles of 2 n tiles.
+        const int grid = v.nosk ? tiles : v.cluster ? std::min(plan.grid, ki.cluster_slots) / 2 * 2 : plan.grid;
+        if (v.cluster && (!v.ximg || ki.bm < 128 || plan.n_tiles % 2 != 0 || grid < 2)) {
+          say("   %-14s not run: clusters need the x image, BM >= 128, an even number of n tiles and a device that "
+              "holds a cluster\n", v.name.c_str());
+          continue;
+        }
         auto launch = [&](int i) {
           gp.w = pk[size_t(i) % pk.size()].w;
           gp.scale_rec = pk[size_t(i) % pk.size()].srec;
           gp.x_image = v.ximg ? ximage : nullptr;
           gp.w_lsu = v.lsu ? 1 : 0;
-          gp.wg_sched = uint8_t((v.split ? kWgSchedSplitFixup : 0) | (v.waves ? kWgSchedWaves : 0));
+          gp.wg_sched = uint8_t((v.split ? kWgSchedSplitFixup : 0) | (v.waves ? kWgSchedWaves : 0) |
+                                (v.cluster ? kWgSchedCluster : 0));
           if (v.ximg) {
             const cudaError_t e =
                 launch_wgmma_x_image(x, k, k, int32_t(m), ki.bm, plan.m_tiles, lp.kt, ximage, nullptr);

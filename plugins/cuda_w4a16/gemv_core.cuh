@@ -2,8 +2,8 @@
 // the weights reach the registers. The packed layout is layout.h's.
 //
 // A compute warp owns a contiguous K range of NS strips, walked in batches of U units: the x
-// fragments and the scale / zero records of a batch are read through the read-only cache, the
-// weights dequantized exactly as the tiled kernels do (same Ops, same rounding) and multiplied
+// fragments of a batch are read by plain loads (L1), its scale / zero records through the
+// read-only cache, the weights dequantized exactly as the tiled kernels do (same Ops, same rounding) and multiplied
 // with the same mma. The 4 compute warps of a block split the block's K range and sum through
 // shared memory in warp order; blocks along grid.y split K further and the last to arrive sums
 // their fp32 partials in split order (deterministic).
@@ -55,6 +55,9 @@ __device__ __forceinline__ void gemv_warp_range(int units, int z, int splits, in
   *ue = min(units, (bb + int(int64_t(be - bb) * (warp + 1) / W)) * U);
 }
 
+// One B fragment of x: a plain load (see GemvWarp::load_x for why not __ldg).
+__device__ __forceinline__ uint2 load_x2(const uint2* p) { return *p; }
+
 // One compute warp: its rows of x, its accumulators, and the steps of a batch.
 template <class T, int NS, int MT8, int U>
 struct GemvWarp {
@@ -97,12 +100,16 @@ struct GemvWarp {
       zb[ns] = p.zero_rec ? __ldg(reinterpret_cast<const uint32_t*>(p.zero_rec) + rec0 + ns * 8) : 0x08080808u;
     }
   }
-  // x is read with ld.global.cg (L2, coherent), never through the read-only path (__ldg,
-  // ld.global.nc): launched as a programmatic dependent (PDL), the kernel runs while the previous
-  // kernel of the stream (the gather of x, or the caller's kernel that wrote x) may still be
-  // writing it, and the non-coherent path is only defined for data that is read-only for the
-  // whole life of the kernel. On the H200 (2026-12-07, fifth session, call 1) the GEMV v1 with
-  // PDL read a stale x once: 120 of 192 outputs wrong at M = 1 after an act-order gather.
+  // x is read with plain loads (ld.global: weak, cached in L1), never through the read-only path
+  // (__ldg, ld.global.nc): launched as a programmatic dependent (PDL), the kernel runs while the
+  // previous kernel of the stream (the gather of x, or the caller's kernel that wrote x) may still
+  // be writing it, and the non-coherent path is only defined for data that is read-only for the
+  // whole life of the kernel. A weak load after griddepcontrol.wait is ordered after the previous
+  // grid's writes by the memory model; the wait is an asm with a memory clobber, so the compiler
+  // keeps the loads after it. On the H200 (2026-12-07, fifth session, call 1) the GEMV v1 with
+  // PDL read a stale x once through __ldg: 120 of 192 outputs wrong at M = 1 after an act-order
+  // gather. (ld.global.cg, L2 only, was the first fix: 0-9% slower at M <= 8 on an H100, the
+  // blocks of one SM no longer sharing x through L1; docs/cuda.md.)
   // B fragments of unit u (0 past m and kx, and for a unit past the warp's range: !valid).
   __device__ __forceinline__ void load_x(int u, bool valid, uint2 (&xb)[2][MT8]) const {
 #pragma unroll
@@ -110,7 +117,7 @@ struct GemvWarp {
 #pragma unroll
       for (int mt = 0; mt < MT8; ++mt) {
         const int64_t k = int64_t(u) * kUnitK + ks * 16;
-        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? __ldcg(reinterpret_cast<const uint2*>(xr[mt] + k))
+        xb[ks][mt] = (valid && xok[mt] && k + tig * 4 < p.kx) ? load_x2(reinterpret_cast<const uint2*>(xr[mt] + k))
                                                               : make_uint2(0u, 0u);
       }
   }
@@ -125,7 +132,7 @@ struct GemvWarp {
       for (int j = 0; j < N; ++j)
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)  // element j * 32 + ks * 16: uint2 j * 8 + ks * 4
-          b.xb[j][ks][mt] = xok[mt] ? __ldcg(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
+          b.xb[j][ks][mt] = xok[mt] ? load_x2(base + j * 8 + ks * 4) : make_uint2(0u, 0u);
     }
   }
   // Whether the batch at u is whole: U units inside the range [.., ue) and inside x's columns, so

@@ -45,6 +45,23 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     if (clock64() - t0 > (1ll << 33)) __trap();
 }
 
+// ---- clusters ----
+
+// Every thread of every CTA of the cluster: its earlier writes (barrier inits included) are
+// visible to the cluster's later accesses.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// One arrival on the barrier at CTA-relative offset `bar` of CTA `cta` of the cluster (this one's
+// included), ordered after this thread's earlier accesses at cluster scope.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+
 // ---- copies into shared memory ----
 
 // Bulk copy global -> shared of `bytes` (a multiple of 16, both addresses 16-byte aligned),
@@ -55,6 +72,16 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
       "[%3], %4;\n" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+// The same copy multicast to the CTAs of the cluster in `cta_mask`: the bytes land at the same
+// CTA-relative offset `dst` in each, and complete on the barrier at the same offset `bar` in each.
+__device__ __forceinline__ void bulk_copy_multicast(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                                    uint16_t cta_mask, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4, %5;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(cta_mask), "l"(policy)
       : "memory");
 }
 // 4-byte asynchronous copy, zero-filled when src_bytes is 0 (rows past M, columns past K).

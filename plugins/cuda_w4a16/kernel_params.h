@@ -42,6 +42,7 @@ struct KernelInfo {
   int32_t smem_bytes;  // dynamic shared memory per block
   int32_t slots;       // resident blocks on the whole device
   int32_t step_units;  // k-units per pipeline stage (tiled) or per load batch of a warp (GEMV)
+  int32_t cluster_slots = 0;  // wgmma: blocks resident at once as clusters of 2 (0: no such instance)
 };
 
 /// Arguments of one matmul launch. Pointers are device memory.
@@ -98,6 +99,9 @@ enum WgSched : uint8_t {
   // Whole waves of tiles in raster order before a stream-K tail (wgmma_layout.h, WgItems), instead
   // of stream-K over every tile.
   kWgSchedWaves = 1 << 1,
+  // Clusters of 2 blocks along the features, each block copying half of every stage's x tile into
+  // both (multicast); the grid is a whole number of clusters and n_tiles even (the plan checks).
+  kWgSchedCluster = 1 << 2,
 };
 
 /// Bits of GemmParams::ablate (wgmma kernel only). A run with any bit that leaves work out computes
@@ -118,6 +122,8 @@ enum WgAblate : int32_t {
   kWgNoFixup = 1 << 11,    // every tile's part goes to y as if it were the whole tile (no partials)
   kWgProxyFence = 1 << 12, // the consumers' proxy fence after each stage's wait also with the x
                            // image (needed only when x lands through cp.async; right result)
+  kWgHalfX = 1 << 13,      // the x image's bulk copy moves half of each stage's x tile: the L2 traffic
+                           // of x shared by 2 blocks of a cluster (multicast), the other half stale
   // Consumer modes (these bits; of them only kWgNoDequant and kWgNoMma together) are compiled
   // kernel instances (fp16, BM 16, 64, 128 only), the rest run-time branches outside the
   // consumers' wgmma loop.

@@ -221,6 +221,14 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                                         : PlanOptions::Sched::automatic;
     return NIBBLE_OK;
   }
+  if (key == "wgmma_cluster") {
+    if (value != "off" && value != "on") {
+      *why = "wgmma_cluster: expected off or on, found '" + std::string(value) + "'";
+      return NIBBLE_ERR_INVALID_ARGUMENT;
+    }
+    o.wgmma_cluster = value == "on";
+    return NIBBLE_OK;
+  }
   if (key == "gemv_prefetch") {
     if (!parse_int(value, 0, PlanOptions::kMaxGemvPrefetch, &n)) {
       *why = "gemv_prefetch: expected a count of batches from 0 (none) to " +
@@ -239,7 +247,8 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
     return NIBBLE_OK;
   }
   *why = "unknown option '" + std::string(key) +
-         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, wgmma_sched, gemv_prefetch, "
+         "' (known: kernel, cublas_min_m, overlap, min_stages, wgmma_x, wgmma_w, wgmma_fixup, wgmma_sched, wgmma_cluster, "
+         "gemv_prefetch, "
          "gemv_planes8, gemv_whole, dense_chunk_mib, dense_overlap)";
   return NIBBLE_ERR_UNSUPPORTED;
 }
@@ -258,6 +267,8 @@ PlanOptions options_from_environment() {
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_W")) set_plan_option(o, "wgmma_w", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_FIXUP")) set_plan_option(o, "wgmma_fixup", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_SCHED")) set_plan_option(o, "wgmma_sched", v, true, &ignored);
+  if (const char* v = std::getenv("NIBBLE_CUDA_WGMMA_CLUSTER"))
+    set_plan_option(o, "wgmma_cluster", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PREFETCH")) set_plan_option(o, "gemv_prefetch", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_PLANES8")) set_plan_option(o, "gemv_planes8", v, true, &ignored);
   if (const char* v = std::getenv("NIBBLE_CUDA_GEMV_WHOLE")) set_plan_option(o, "gemv_whole", v, true, &ignored);
@@ -352,11 +363,16 @@ void geometry(const KernelDesc& d, const DeviceFacts& dev, const ShapeFacts& s, 
     return;
   }
   // Stream-K: at most one wave of resident blocks, each with at least `min_stages` k stages.
-  const int64_t work = int64_t(plan.m_tiles) * plan.n_tiles * kernel_stages(d, s);
+  // With clusters of 2 (wgmma, x image, 4-bit, BM >= 128, an even number of n tiles) the same over
+  // clusters: tiles of 2 n tiles, clusters that the device holds at once.
   const int64_t stages = o.min_stages > 0 ? o.min_stages : d.min_stages;
-  const int64_t grid = std::min(std::max<int64_t>(1, work / stages), slots);
-  plan.grid = int32_t(std::min(grid, work));
-  if (d.family == Family::wgmma)
+  plan.cluster = d.family == Family::wgmma && o.wgmma_cluster && plan.x_image && !plan.tiled_planes8 &&
+                 ki.bm >= 128 && plan.n_tiles % 2 == 0 && ki.cluster_slots >= 2;
+  const int64_t cs = plan.cluster ? 2 : 1;
+  const int64_t work = int64_t(plan.m_tiles) * (plan.n_tiles / cs) * kernel_stages(d, s);
+  const int64_t units = std::min(std::max<int64_t>(1, work / stages), (plan.cluster ? ki.cluster_slots : slots) / cs);
+  plan.grid = int32_t(std::min(units, work) * cs);
+  if (d.family == Family::wgmma && !plan.cluster)  // a cluster launch is not cooperative
     plan.split_fixup = o.wgmma_fixup == PlanOptions::Fixup::split ||
                        (o.wgmma_fixup == PlanOptions::Fixup::automatic && ki.bm >= 64 &&
                         work <= kSplitFixupMaxStages * plan.grid);

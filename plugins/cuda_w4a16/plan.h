@@ -118,6 +118,11 @@ struct PlanOptions {
   /// waves of tiles on the large layers and at most 8 m tiles, so its walk is nearly stream-K's
   enum class Sched : uint8_t { stream_k, waves, automatic };
   Sched wgmma_sched = Sched::automatic;
+  /// wgmma kernels wg128 and wg256 on 4-bit layers with the x image: blocks in clusters of 2 along
+  /// the features, each copying half of every stage's x tile into both (TMA multicast), so that x
+  /// crosses from L2 once per pair of blocks ("on"), or every block copies its own ("off", the
+  /// default until measured). Needs an even number of n tiles; elsewhere "on" changes nothing.
+  bool wgmma_cluster = false;
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights
   /// (`gemv_prefetch`, 0 = none)
   int32_t gemv_prefetch = kDefaultGemvPrefetch;
@@ -146,7 +151,7 @@ int32_t set_plan_option(PlanOptions& o, std::string_view key, std::string_view v
                         std::string* why);
 /// The environment at load: NIBBLE_CUDA_KERNEL, NIBBLE_CUDA_CUBLAS_MIN_M, NIBBLE_CUDA_OVERLAP,
 /// NIBBLE_CUDA_MIN_STAGES, NIBBLE_CUDA_WGMMA_X, NIBBLE_CUDA_WGMMA_W, NIBBLE_CUDA_WGMMA_FIXUP,
-/// NIBBLE_CUDA_WGMMA_SCHED,
+/// NIBBLE_CUDA_WGMMA_SCHED, NIBBLE_CUDA_WGMMA_CLUSTER,
 /// NIBBLE_CUDA_GEMV_PREFETCH, NIBBLE_CUDA_GEMV_PLANES8, NIBBLE_CUDA_GEMV_WHOLE,
 /// NIBBLE_CUDA_DENSE_CHUNK_MIB, NIBBLE_CUDA_DENSE_OVERLAP.
 PlanOptions options_from_environment();
@@ -164,6 +169,7 @@ struct Plan {
   bool w_lsu = false;    ///< wgmma: weights and records by cp.async (GemmParams::w_lsu)
   bool split_fixup = false;  ///< wgmma: the split fix-up, a cooperative launch (kWgSchedSplitFixup)
   bool waves = false;        ///< wgmma: whole waves before a stream-K tail (kWgSchedWaves)
+  bool cluster = false;      ///< wgmma: clusters of 2 blocks, x multicast (kWgSchedCluster); grid even
   int32_t prefetch = 0;      ///< GEMV: batches asked of L2 ahead (GemmParams::prefetch)
   bool planes8 = false;      ///< GEMV: 8-bit planes in one pass allowed (the layer decides: plugin.cpp)
   bool tiled_planes8 = false;  ///< mma.sync, wgmma: the one-pass 8-bit instance over kernel_stages() stages

@@ -612,7 +612,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
           gp.x_image = ws.ximage.p;
         }
         gp.w_lsu = plan.w_lsu ? 1 : 0;
-        gp.wg_sched = uint8_t((plan.split_fixup ? kWgSchedSplitFixup : 0) | (plan.waves ? kWgSchedWaves : 0));
+        gp.wg_sched = uint8_t((plan.split_fixup ? kWgSchedSplitFixup : 0) | (plan.waves ? kWgSchedWaves : 0) |
+                              (plan.cluster ? kWgSchedCluster : 0));
         if (e == cudaSuccess) e = launch_wgmma(plan.kernel, p.act, gp, plan.grid, plan.tiled_planes8, stream);
         break;
 #endif
@@ -671,11 +672,12 @@ int32_t describe_kernel(const nibble_prepared* h, int64_t m, char* msg, size_t c
       fixup += " (" + std::to_string(wgmma_cooperative_refusals()) +
                " cooperative launches refused in this process: those ran with the last-arrival fix-up)";
 #endif
-    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s%s)", kd.name,
+    return fail(NIBBLE_OK, msg, cap, "%s (%s, BN %d x BM %d, %s grid %d%s%s%s%s%s)", kd.name,
                 kd.family == Family::wgmma ? "sm_90a wgmma" : "mma.sync", ki.bn, ki.bm,
                 plan.waves ? "whole waves in raster order, then stream-K," : "stream-K", plan.grid,
                 plan.tiled_planes8 ? ", 8-bit planes in one pass" : "", plan.x_image ? ", x image" : "",
-                plan.w_lsu ? ", weights by cp.async" : "", fixup.c_str());
+                plan.cluster ? " multicast to clusters of 2" : "", plan.w_lsu ? ", weights by cp.async" : "",
+                fixup.c_str());
   });
 }
 

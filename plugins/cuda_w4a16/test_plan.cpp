@@ -43,6 +43,9 @@ struct FakeDevice {
     set(kWg64, 256, 64, 384, 1, 2);
     set(kWg128, 256, 128, 384, 1, 2);
     set(kWg256, 128, 256, 384, 1, 2);
+    // Clusters of 2 of the tiles that have the instance (wgmma.cu); fewer than the SMs, as where a
+    // GPC has an odd number of SMs.
+    info[kWg128].cluster_slots = info[kWg256].cluster_slots = 130;
   }
   DeviceFacts facts(int cc, bool cublas, bool wgmma = true) const {
     DeviceFacts f;
@@ -704,4 +707,55 @@ TEST_CASE("the wgmma kernel's walks: whole waves, then a stream-K tail; the rast
   CHECK(!waves(1000, kWg128, kWg128));
   CHECK(set_plan_option(o, "wgmma_sched", "auto", false, &why) == NIBBLE_OK);
   CHECK(o.wgmma_sched == PlanOptions::Sched::automatic);
+}
+
+TEST_CASE("clusters of 2 for the wgmma kernel (x multicast): where the plan asks for them, and their walks") {
+  const FakeDevice dev;
+  std::string why;
+  PlanOptions o;
+  CHECK(!o.wgmma_cluster);  // off until measured
+  CHECK(set_plan_option(o, "wgmma_cluster", "sometimes", false, &why) == NIBBLE_ERR_INVALID_ARGUMENT);
+  CHECK(why.find("wgmma_cluster: expected off or on, found 'sometimes'") != std::string::npos);
+  CHECK(set_plan_option(o, "wgmma_cluster", "on", false, &why) == NIBBLE_OK);
+  CHECK(o.wgmma_cluster);
+  int clustered = 0;
+  for (const auto& [k, n] : kShapes)
+    for (int64_t m : {int64_t(1), int64_t(64), int64_t(129), int64_t(256), int64_t(1000), int64_t(4096)})
+      for (int forced : {int(kWg64), int(kWg128), int(kWg256), -1}) {
+        PlanOptions f = o;
+        f.forced = forced;
+        const ShapeFacts sf = shape(k, n);
+        const Plan p = make_plan(sf, dev.facts(90, false), f, m);
+        REQUIRE(p.declined.empty());
+        const KernelInfo& ki = dev.info[p.kernel];
+        const bool can = kernel_desc(p.kernel).family == Family::wgmma && ki.bm >= 128 && p.n_tiles % 2 == 0;
+        CHECK(p.cluster == can);
+        if (!p.cluster) continue;
+        ++clustered;
+        CHECK(p.grid % 2 == 0);
+        CHECK(p.grid >= 2);
+        CHECK(p.grid <= ki.cluster_slots);
+        CHECK(!p.split_fixup);  // a cluster launch is not cooperative
+        // The kernel's walk: clusters over tiles of 2 n tiles, every (tile, k stage) once.
+        if (int64_t(p.m_tiles) * p.n_tiles <= 4096) check_walks(p.m_tiles, p.n_tiles / 2, int(sf.kt), p.grid / 2, p.waves);
+      }
+  CHECK(clustered > 0);
+  // Not for 8-bit layers in one pass, nor without the x image, nor where the device holds no cluster.
+  ShapeFacts s8 = shape(8192, 8192);
+  s8.bits = 8;
+  s8.planes8 = true;
+  PlanOptions f = o;
+  f.forced = kWg128;
+  CHECK(!make_plan(s8, dev.facts(90, false), f, 1000).cluster);
+  f.wgmma_x_image = false;
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), f, 1000).cluster);
+  f.wgmma_x_image = true;
+  FakeDevice none;
+  none.info[kWg128].cluster_slots = 0;
+  CHECK(!make_plan(shape(8192, 8192), none.facts(90, false), f, 1000).cluster);
+  CHECK(make_plan(shape(8192, 8192), dev.facts(90, false), f, 1000).cluster);
+  CHECK(set_plan_option(o, "wgmma_cluster", "off", false, &why) == NIBBLE_OK);
+  f = o;
+  f.forced = kWg128;
+  CHECK(!make_plan(shape(8192, 8192), dev.facts(90, false), f, 1000).cluster);
 }

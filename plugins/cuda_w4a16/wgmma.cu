@@ -109,11 +109,12 @@ constexpr int kModeFull = 0, kModeNone = kWgNoDequant | kWgNoMma;
 constexpr int kModeSplit = 1 << 14;
 static_assert((kModeSplit & (kWgConsumerBits | kModeNone)) == 0, "kModeSplit: a bit of its own");
 
-template <class T, int BM, int kMode, bool P8 = false>
+template <class T, int BM, int kMode, bool P8 = false, int kC = 1>
 __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmParams p) {
   using TL = WgTile<BM, P8>;
   using O = Ops<T>;
   constexpr bool kSplit = (kMode & kModeSplit) != 0;
+  static_assert(kC == 1 || (kC == 2 && !kSplit), "clusters of 2 blocks, without the split fix-up's waits");
   // Stages of the ring: all that fit, or fewer for the diagnostics (the images stay where they are).
   const int S = p.stages >= 3 && p.stages < TL::kStages ? p.stages : TL::kStages;
   const int ab = p.ablate;
@@ -136,12 +137,25 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int KT = p.kt;
-  const int tiles = p.m_tiles * p.n_tiles;  // tiles * KT < 2^31: the plan checks
-  const int nblocks = gridDim.x;
+  // A cluster of kC blocks (kC = 2: neighbours along the features) walks one schedule: the items of
+  // cluster c are those of block c of a grid of gridDim.x / kC blocks over tiles of kC n tiles,
+  // block `rank` of the cluster computes n tile kC n + rank of each, and each block copies 1 / kC
+  // of every stage's x tile into all the blocks of its cluster (multicast). Partial slots and
+  // arrival counters stay per block and per output tile.
+  // The schedule's block (the cluster's index) and the block's rank in its cluster (clusters of kC
+  // x 1 x 1: %cluster_ctarank is blockIdx.x % kC) are read from blockIdx where used, and the n tiles
+  // of the schedule from the parameters: values held in registers through the consumers' loop
+  // cost the BM 128 and 256 instances spills (ptxas, nvcc 13.0).
+  const auto bidx_of = [] { return int(blockIdx.x) / kC; };
+  const auto rank_of = [] { return int(blockIdx.x) % kC; };
+  const auto n_tiles_s = [&] { return p.n_tiles / kC; };  // the plan sends kC > 1 only where kC divides n_tiles
+  const int tiles = p.m_tiles * n_tiles_s();  // tiles * KT < 2^31: the plan checks
+  const int nblocks = int(gridDim.x) / kC;
   // The block's items (wgmma_layout.h): whole tiles in raster order, then its range of the
   // stream-K tail; without kWgSchedWaves all of it stream-K in the plain order.
   auto coords = [&](int t, int* mti, int* nti) {
-    wg_tile_coords(t, p.m_tiles, p.n_tiles, (p.wg_sched & kWgSchedWaves) ? kWgRasterGroup : p.m_tiles, mti, nti);
+    wg_tile_coords(t, p.m_tiles, n_tiles_s(), (p.wg_sched & kWgSchedWaves) ? kWgRasterGroup : p.m_tiles, mti, nti);
+    *nti = *nti * kC + rank_of();
   };
   const bool zp = p.zero_rec != nullptr;
   const unsigned char* const x_image = static_cast<const unsigned char*>(p.x_image);
@@ -159,18 +173,22 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   };
 
   if (tid == 0) {
-    s_sk = wg_tail(blockIdx.x, nblocks, tiles, KT, (p.wg_sched & kWgSchedWaves) != 0);
+    s_sk = wg_tail(bidx_of(), nblocks, tiles, KT, (p.wg_sched & kWgSchedWaves) != 0);
     s_items = WgItems::plan(s_sk, KT, nblocks, &s_tail);
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, x_warps ? 1 + kWgXThreads : 1);
-      mbar_init(empty + 8 * s, consumers / 32);
+      mbar_init(empty + 8 * s, kC * consumers / 32);  // every consumer warp of the cluster
     }
     fence_mbar_init();
   }
-  __syncthreads();
+  // The barriers of every block of the cluster are initialized before any is used from another.
+  if constexpr (kC > 1)
+    cluster_sync();
+  else
+    __syncthreads();
   const int n_items = s_items;
   WgItems items;
-  items.init(blockIdx.x, s_tail);
+  items.init(bidx_of(), s_tail);
 
   if (warp < 4) {
     regs_dealloc<kProducerRegs>();
@@ -178,16 +196,24 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // ---- bulk copies: weights and records of every item, as far ahead as the stages allow ----
       if (lane != 0 || (ab & kWgNoWait)) return;
       const bool load_w = !(ab & kWgNoW) && !w_lsu, load_x = x_image && !(ab & kWgNoX);
+      const uint32_t x_bytes = (ab & kWgHalfX) ? TL::kXBytes / 2 : TL::kXBytes;
       const uint64_t w_policy = l2_policy(p.evict_first != 0), r_policy = l2_policy(false);
       const uint32_t tx =
-          (load_w ? TL::kWBytes + TL::kSCopy + (zp ? TL::kZCopy * TL::kPlanes : 0) : 0) + (load_x ? TL::kXBytes : 0);
+          (load_w ? TL::kWBytes + TL::kSCopy + (zp ? TL::kZCopy * TL::kPlanes : 0) : 0) + (load_x ? x_bytes : 0);
       // With the x image, x is one more bulk copy per stage; those of the first stages go out after
       // the wait for the previous kernel (which may write x), their weights before it.
       auto copy_x = [&](int s, int t, int kt) {
         int mti, nti;
         coords(t, &mti, &nti);
-        bulk_copy(sx + s * TL::kXBytes, x_image + wg_x_image_tile(mti, kt, KT, BM), TL::kXBytes, full + 8 * s,
-                  r_policy);
+        const unsigned char* src = x_image + wg_x_image_tile(mti, kt, KT, BM);
+        if constexpr (kC > 1) {
+          // This block's 1 / kC of the tile, into every block of the cluster (each expects all of it).
+          const uint32_t part = x_bytes / kC, rank = uint32_t(rank_of());
+          bulk_copy_multicast(sx + s * TL::kXBytes + rank * part, src + rank * part, part, full + 8 * s,
+                              uint16_t((1u << kC) - 1), r_policy);
+        } else {
+          bulk_copy(sx + s * TL::kXBytes, src, x_bytes, full + 8 * s, r_policy);
+        }
       };
       const int n = n_items, early = min(S, n);
       WgItems it = items;
@@ -242,6 +268,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         }
         it.next(KT, nblocks, s_tail);
         if (++s == S) s = 0, ph ^= 1;
+      }
+      if constexpr (kC > 1) {
+        // The other blocks' consumers arrive on this block's `empty` barriers until their last
+        // stage, so this block's shared memory must outlive those arrivals: the lane waits for every
+        // stage's last release (the waits the next S items would make) before it exits.
+        for (int i = n; i < n + S; ++i) {
+          if (i >= S) mbar_wait(empty + 8 * s, ph ^ 1);
+          if (++s == S) s = 0, ph ^= 1;
+        }
       }
       return;
     }
@@ -368,8 +403,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     sh.bf = wg_sk_block_of(t0, nblocks, tail.work);
     sh.bl = wg_sk_block_of(t1 - 1, nblocks, tail.work);
     sh.slot_bf = slot_of(sh.bf);
-    sh.slot_mine = 2 * int64_t(blockIdx.x) + (tail.begin / KT == tt ? 0 : 1);
+    sh.slot_mine = 2 * int64_t(bidx_of()) + (tail.begin / KT == tt ? 0 : 1);
     return sh;
+  };
+
+  // Stage st goes back to the producers: to this block's, and with a cluster to every block's
+  // (each block's producer multicasts into all of them, so it waits for all their consumers).
+  auto release = [&](int st) {
+    if constexpr (kC > 1) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) mbar_arrive_cluster(empty + 8 * st, uint32_t(c));
+    } else {
+      mbar_arrive(empty + 8 * st);
+    }
   };
 
   // The consumer loop in one of the modes (kModeFull in production; the others for the
@@ -428,9 +474,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // 32 half-used sectors per access.) part_of(b)[j * kWgConsumers] is float4 j of block b.
       constexpr int64_t kSlotF4 = int64_t(TL::kF4) * kWgConsumers;
       auto part_of = [&](int64_t b) {
-        return reinterpret_cast<const float4*>(p.partials) + (b == bf ? sh.slot_bf : 2 * b) * kSlotF4 + ctid;
+        return reinterpret_cast<const float4*>(p.partials) + ((b == bf ? sh.slot_bf : 2 * b) * kC + rank_of()) * kSlotF4 + ctid;
       };
-      float4* mine = reinterpret_cast<float4*>(p.partials) + sh.slot_mine * kSlotF4 + ctid;
+      float4* mine = reinterpret_cast<float4*>(p.partials) + (sh.slot_mine * kC + rank_of()) * kSlotF4 + ctid;
+      // The tile's arrival counter (per output tile), formed where used: a pointer held across the
+      // sum below costs the BM 128 and 256 instances 40 bytes of spills (ptxas, nvcc 13.0).
+      auto counter = [&]() { return p.counters + (int64_t(t) * kC + rank_of()); };
 #pragma unroll
       for (int j = 0; j < TL::kF4; ++j) {
         const int e = 4 * j, nt = e / TL::kAcc, i = e % TL::kAcc;
@@ -448,17 +497,17 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         constexpr int kChunkF4 = TL::kF4 < 8 ? TL::kF4 : 8, kChunks = (TL::kF4) / kChunkF4;
         const int parts = int(bl - bf) + 1;
         if (ctid == 0) {
-          atomicAdd(&p.counters[t], 1);
-          const int pi = int(int64_t(blockIdx.x) - bf), np = parts - 1;
+          atomicAdd(counter(), 1);
+          const int pi = int(int64_t(bidx_of()) - bf), np = parts - 1;
           s_slice[0] = wg_split_chunk(pi, np, kChunks) * kChunkF4;
           s_slice[1] = wg_split_chunk(pi + 1, np, kChunks) * kChunkF4;
-          if (int64_t(blockIdx.x) != bl) wait_counter_at_least(&p.counters[t], parts);
+          if (int64_t(bidx_of()) != bl) wait_counter_at_least(counter(), parts);
         }
-        if (int64_t(blockIdx.x) == bl) return;
+        if (int64_t(bidx_of()) == bl) return;
         named_barrier(kEpilogueBarrier, consumers);
       } else {
         if (ctid == 0) {
-          s_last = atomicAdd(&p.counters[t], 1) == int(bl - bf);
+          s_last = atomicAdd(counter(), 1) == int(bl - bf);
           s_slice[0] = 0;
           s_slice[1] = TL::kF4;
         }
@@ -531,11 +580,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         }
       }
       if constexpr (!kSplit) {
-        if (ctid == 0) p.counters[t] = 0;  // ready for the next launch (stream order)
+        if (ctid == 0) *counter() = 0;  // ready for the next launch (stream order)
       } else {
         // parts arrivals, then one per slice: the last of those leaves the counter zero
         named_barrier(kEpilogueBarrier, consumers);
-        if (ctid == 0 && atomicAdd(&p.counters[t], 1) == 2 * int(bl - bf)) p.counters[t] = 0;
+        if (ctid == 0 && atomicAdd(counter(), 1) == 2 * int(bl - bf)) *counter() = 0;
       }
     };
 
@@ -558,7 +607,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         // waiting threads; the lsu weights are cp.async read by ld.shared: no fence for those.
         if (!x_image || (ab & kWgProxyFence)) fence_proxy_async();
         if constexpr (!kDequant && !kMma) {
-          if (lane == 0) mbar_arrive(empty + 8 * s);
+          if (lane == 0) release(s);
         } else {
 #pragma unroll
           for (int u = 0; u < kWgUnitsPerStage; ++u) {
@@ -634,7 +683,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
               acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ f);
             }
             if (u == kReleaseUnit && prev >= 0) {
-              if (lane == 0) mbar_arrive(empty + 8 * prev);
+              if (lane == 0) release(prev);
               prev = -1;
             }
           }
@@ -647,7 +696,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         wgmma_wait<0>();
         fence_acc();
       }
-      if (prev >= 0 && lane == 0) mbar_arrive(empty + 8 * prev);
+      if (prev >= 0 && lane == 0) release(prev);
       prev = -1;
       if (i == n_items) grid_launch_dependents();
       if (!(ab & kWgNoEpilogue)) epilogue(it.tile, sh);
@@ -658,10 +707,36 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   consume(std::integral_constant<int, kMode>{});
 }
 
-template <class T, int BM, int kMode, bool P8 = false>
+template <class T, int BM, int kMode, bool P8 = false, int kC = 1>
 cudaError_t set_smem_limit() {
-  return cudaFuncSetAttribute(w4a16_wgmma_kernel<T, BM, kMode, P8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(w4a16_wgmma_kernel<T, BM, kMode, P8, kC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               WgTile<BM, P8>::kSmem);
+}
+
+// The tiles with an instance for clusters of 2 blocks (x multicast): the ones of M > 128, 4-bit.
+constexpr bool has_cluster_instance(int bm, bool p8) { return !p8 && bm >= 128; }
+
+// Blocks of the instance for clusters of 2 that the device holds at once (clusters x 2).
+template <class T, int BM>
+cudaError_t cluster_slots(int* slots) {
+  using TL = WgTile<BM>;
+  cudaError_t e = set_smem_limit<T, BM, kModeFull, false, 2>();
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(kWgThreads);
+  cfg.dynamicSmemBytes = TL::kSmem;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  e = cudaOccupancyMaxActiveClusters(&clusters, w4a16_wgmma_kernel<T, BM, kModeFull, false, 2>, &cfg);
+  *slots = 2 * clusters;
+  return e;
 }
 
 template <class T, int BM, bool P8>
@@ -674,13 +749,21 @@ cudaError_t setup_wg(KernelInfo& info, const char* name, int sms) {
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_wgmma_kernel<T, BM, kModeFull, P8>, kWgThreads,
                                                     TL::kSmem);
   if (e != cudaSuccess) return e;
-  info = KernelInfo{name, TL::kBN, BM, kWgThreads, TL::kSmem, per_sm * sms, kWgUnitsPerStage};
+  info = KernelInfo{name, TL::kBN, BM, kWgThreads, TL::kSmem, per_sm * sms, kWgUnitsPerStage, 0};
+  if constexpr (has_cluster_instance(BM, P8)) {
+    // A device that cannot hold a cluster of these blocks (or a runtime that cannot tell) gets
+    // none: the plan then never asks for one.
+    if (cluster_slots<T, BM>(&info.cluster_slots) != cudaSuccess) {
+      (void)cudaGetLastError();
+      info.cluster_slots = 0;
+    }
+  }
   return cudaSuccess;
 }
 
 std::atomic<int> g_cooperative_refusals{0};
 
-template <class T, int BM, int kMode, bool P8 = false>
+template <class T, int BM, int kMode, bool P8 = false, int kC = 1>
 cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
   using TL = WgTile<BM, P8>;
   cudaLaunchConfig_t cfg{};
@@ -688,13 +771,20 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
   cfg.blockDim = dim3(kWgThreads);
   cfg.dynamicSmemBytes = TL::kSmem;
   cfg.stream = stream;
-  cudaLaunchAttribute attrs[2]{};
+  cudaLaunchAttribute attrs[3]{};
   cfg.attrs = attrs;
+  if constexpr (kC > 1) {
+    if (grid % kC != 0) return cudaErrorInvalidValue;
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[cfg.numAttrs].val.clusterDim.x = kC;
+    attrs[cfg.numAttrs].val.clusterDim.y = 1;
+    attrs[cfg.numAttrs++].val.clusterDim.z = 1;
+  }
   if (p.overlap) {
     attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if constexpr (kMode == kModeFull) {
+  if constexpr (kMode == kModeFull && kC == 1) {
     if (p.wg_sched & kWgSchedSplitFixup) {
       // The split fix-up waits for other blocks, so every block must be resident at once: a
       // cooperative launch, which the runtime refuses rather than run otherwise (a device shared
@@ -708,7 +798,18 @@ cudaError_t launch_wg(const GemmParams& p, int grid, cudaStream_t stream) {
       --cfg.numAttrs;
     }
   }
-  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode, P8>, p);
+  return cudaLaunchKernelEx(&cfg, w4a16_wgmma_kernel<T, BM, kMode, P8, kC>, p);
+}
+
+// The production kernel: with clusters of 2 blocks where the plan asked for them (kWgSchedCluster;
+// only for the tiles that have that instance), else one block per tile walk.
+template <class T, int BM, bool P8>
+cudaError_t launch_wg_full(const GemmParams& p, int grid, cudaStream_t stream) {
+  if constexpr (has_cluster_instance(BM, P8)) {
+    if (p.wg_sched & kWgSchedCluster) return launch_wg<T, BM, kModeFull, false, 2>(p, grid, stream);
+  }
+  if (p.wg_sched & kWgSchedCluster) return cudaErrorInvalidValue;  // no such instance: a plan error
+  return launch_wg<T, BM, kModeFull, P8>(p, grid, stream);
 }
 
 //                                   BM
@@ -751,10 +852,10 @@ cudaError_t launch_wgmma(KernelId id, Act act, const GemmParams& p, int grid, bo
 #define NIBBLE_LAUNCH_WG(kid, BM)                                                                              \
   case kid:                                                                                                    \
     if (planes8)                                                                                               \
-      return act == Act::f16 ? launch_wg<__half, BM, kModeFull, true>(p, grid, stream)                         \
-                             : launch_wg<__nv_bfloat16, BM, kModeFull, true>(p, grid, stream);                 \
-    return act == Act::f16 ? launch_wg<__half, BM, kModeFull>(p, grid, stream)                                 \
-                           : launch_wg<__nv_bfloat16, BM, kModeFull>(p, grid, stream);
+      return act == Act::f16 ? launch_wg_full<__half, BM, true>(p, grid, stream)                               \
+                             : launch_wg_full<__nv_bfloat16, BM, true>(p, grid, stream);                       \
+    return act == Act::f16 ? launch_wg_full<__half, BM, false>(p, grid, stream)                                \
+                           : launch_wg_full<__nv_bfloat16, BM, false>(p, grid, stream);
   switch (id) {
     NIBBLE_CUDA_WGMMA_VARIANTS(NIBBLE_LAUNCH_WG)
     default: return cudaErrorInvalidValue;
