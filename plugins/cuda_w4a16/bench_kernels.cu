@@ -320,6 +320,7 @@ struct DiagVariant {
   bool split = false;  // the split fix-up (a cooperative launch)
   bool waves = false;  // whole waves in raster order before a stream-K tail (kWgSchedWaves)
   bool cluster = false;  // clusters of 2 blocks, x multicast (kWgSchedCluster; the x image, BM >= 128)
+  int grid = 0;          // blocks of the launch (0: the plan's)
 };
 
 // Work-removing bits: a result computed with any of these is not the layer's and is never checked.
@@ -345,6 +346,7 @@ const std::pair<const char*, int32_t> kDiagTokens[] = {
     {"nofix", nibble::cuda::kWgNoFixup},
     {"pfence", nibble::cuda::kWgProxyFence},
     {"xhalf", nibble::cuda::kWgHalfX},
+    {"nomc", nibble::cuda::kWgNoMulticast},
     {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
                  nibble::cuda::kWgNoEpilogue},
     {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
@@ -375,14 +377,16 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->waves = true;
     else if (t == "cluster")
       v->cluster = true;
+    else if (t.size() > 4 && t.compare(0, 4, "grid") == 0 && std::atoi(t.c_str() + 4) >= 1)
+      v->grid = std::atoi(t.c_str() + 4);
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
-    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 14))
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 15))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";
       for (const auto& tok : kDiagTokens) *why += std::string(" ") + tok.first;
-      *why += " nosk ximg lsu split waves cluster st<N> <mask>)";
+      *why += " nosk ximg lsu split waves cluster grid<N> st<N> <mask>)";
       return false;
     }
   }
@@ -578,14 +582,16 @@ int run_wgmma_diag(const std::vector<std::pair<int64_t, int64_t>>& shapes, const
       char colbuf[64];
       std::snprintf(colbuf, sizeof colbuf, "%lldx%lld/%lld", (long long)k, (long long)n, (long long)m);
       const std::string col = colbuf;
-      say("-- %s: %s, plan grid %d (%d tiles x %d k stages), roofline %.1f us, %d reps\n", col.c_str(), wg,
-          plan.grid, tiles, lp.kt, roof_us, reps);
+      say("-- %s: %s, plan grid %d (%d tiles x %d k stages; %d blocks resident as clusters of 2), roofline %.1f us, "
+          "%d reps\n",
+          col.c_str(), wg, plan.grid, tiles, lp.kt, ki.cluster_slots, roof_us, reps);
       double full_us = 0;
       for (const DiagVariant& v : variants) {
         gp.ablate = int16_t(v.ablate);   // the WgAblate bits (below 1 << 10)
         gp.stages = uint8_t(v.stages);  // checked when parsed
         // Clusters of 2: a whole number of clusters the device holds at once, tiles of 2 n tiles.
-        const int grid = v.nosk ? tiles : v.cluster ? std::min(plan.grid, ki.cluster_slots) / 2 * 2 : plan.grid;
+        int grid = v.nosk ? tiles : v.cluster ? std::min(plan.grid, ki.cluster_slots) / 2 * 2 : plan.grid;
+        if (v.grid > 0) grid = std::min(v.grid, grid);
         if (v.cluster && (!v.ximg || ki.bm < 128 || plan.n_tiles % 2 != 0 || grid < 2)) {
           say("   %-14s not run: clusters need the x image, BM >= 128, an even number of n tiles and a device that "
               "holds a cluster\n", v.name.c_str());

@@ -52,12 +52,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-// One arrival on the barrier at CTA-relative offset `bar` of CTA `cta` of the cluster (this one's
-// included), ordered after this thread's earlier accesses at cluster scope.
+// One arrival on the barrier at CTA-relative offset `bar` of CTA `cta` of the cluster (the
+// default semantics, release at CTA scope: what the arrival announces, a stage whose wgmma reads
+// have completed, needs no ordering of memory accesses at cluster scope).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
       : "memory");
 }

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     s_items = WgItems::plan(s_sk, KT, nblocks, &s_tail);
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, x_warps ? 1 + kWgXThreads : 1);
-      mbar_init(empty + 8 * s, kC * consumers / 32);  // every consumer warp of the cluster
+      mbar_init(empty + 8 * s, (kC > 1 && !(ab & kWgNoMulticast) ? kC : 1) * consumers / 32);  // every consumer warp of the cluster
     }
     fence_mbar_init();
   }
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
         int mti, nti;
         coords(t, &mti, &nti);
         const unsigned char* src = x_image + wg_x_image_tile(mti, kt, KT, BM);
-        if constexpr (kC > 1) {
+        if (kC > 1 && !(ab & kWgNoMulticast)) {
           // This block's 1 / kC of the tile, into every block of the cluster (each expects all of it).
           const uint32_t part = x_bytes / kC, rank = uint32_t(rank_of());
           bulk_copy_multicast(sx + s * TL::kXBytes + rank * part, src + rank * part, part, full + 8 * s,
@@ -410,11 +410,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   // Stage st goes back to the producers: to this block's, and with a cluster to every block's
   // (each block's producer multicasts into all of them, so it waits for all their consumers).
   auto release = [&](int st) {
+    mbar_arrive(empty + 8 * st);
     if constexpr (kC > 1) {
+      if (!(ab & kWgNoMulticast))
 #pragma unroll
-      for (int c = 0; c < kC; ++c) mbar_arrive_cluster(empty + 8 * st, uint32_t(c));
-    } else {
-      mbar_arrive(empty + 8 * st);
+        for (int c = 1; c < kC; ++c) mbar_arrive_cluster(empty + 8 * st, uint32_t((rank_of() + c) % kC));
     }
   };
 

@@ -17,7 +17,7 @@ plugins/cuda_w4a16/gpu_check.sh bundle
 rm -rf .gpu/tests/data  # the carried tree has tests/data
 xz -T2 -6 .gpu/build/plugins/cuda_w4a16/cuda_w4a16.so .gpu/build/plugins/cuda_w4a16/bench_kernels
 AB_PLUGIN=cuda_w4a16 bench/ab_bundle.sh /work/build-oldcuda build .gpu/abgpu
-cp docs/bench/device-2026-12-07f/call1.sh docs/bench/h200-2026-12-02/peers.py .gpu/
+cp docs/bench/device-2026-12-07f/call*.sh docs/bench/h200-2026-12-02/peers.py .gpu/
 du -sh .gpu
 size=$(du -sm .gpu | cut -f1)
 [ "$size" -le 42 ] || { echo ".gpu is $size MiB: with the tracked tree over the 64 MiB a call may carry" >&2; exit 1; }
