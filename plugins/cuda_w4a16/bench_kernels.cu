@@ -347,6 +347,7 @@ const std::pair<const char*, int32_t> kDiagTokens[] = {
     {"pfence", nibble::cuda::kWgProxyFence},
     {"xhalf", nibble::cuda::kWgHalfX},
     {"nomc", nibble::cuda::kWgNoMulticast},
+    {"lrel", nibble::cuda::kWgNoMulticast | nibble::cuda::kWgLocalRelease},
     {"ring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoX |
                  nibble::cuda::kWgNoEpilogue},
     {"xring", nibble::cuda::kWgNoDequant | nibble::cuda::kWgNoMma | nibble::cuda::kWgNoW |
@@ -381,7 +382,7 @@ bool parse_variant(const std::string& spec, DiagVariant* v, std::string* why) {
       v->grid = std::atoi(t.c_str() + 4);
     else if (t.size() > 2 && t.compare(0, 2, "st") == 0 && std::atoi(t.c_str() + 2) >= 3 && std::atoi(t.c_str() + 2) <= 255)
       v->stages = std::atoi(t.c_str() + 2);
-    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 15))
+    else if (!t.empty() && std::isdigit(static_cast<unsigned char>(t[0])) && std::strtol(t.c_str(), nullptr, 0) < (1 << 16))
       v->ablate |= int32_t(std::strtol(t.c_str(), nullptr, 0));
     else {
       *why = "NIBBLE_CUDA_WGMMA_ABLATE: unknown token '" + t + "' in '" + spec + "' (known: full";

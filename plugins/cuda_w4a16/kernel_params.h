@@ -124,8 +124,10 @@ enum WgAblate : int32_t {
                            // image (needed only when x lands through cp.async; right result)
   kWgHalfX = 1 << 13,      // the x image's bulk copy moves half of each stage's x tile: the L2 traffic
                            // of x shared by 2 blocks of a cluster (multicast), the other half stale
-  kWgNoMulticast = 1 << 14, // clusters (kWgSchedCluster): each block copies all of its x and waits for its
-                           // own consumers only; the cluster's launch and schedule stay (right result)
+  kWgNoMulticast = 1 << 14, // clusters (kWgSchedCluster): each block copies all of its own x; the stages are
+                           // still released to both blocks (right result)
+  kWgLocalRelease = 1 << 15, // with kWgNoMulticast: a stage released to its own block only (no barrier
+                             // crosses blocks; the cluster's launch and schedule stay; right result)
   // Consumer modes (these bits; of them only kWgNoDequant and kWgNoMma together) are compiled
   // kernel instances (fp16, BM 16, 64, 128 only), the rest run-time branches outside the
   // consumers' wgmma loop.

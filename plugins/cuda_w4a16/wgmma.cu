@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
     s_items = WgItems::plan(s_sk, KT, nblocks, &s_tail);
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, x_warps ? 1 + kWgXThreads : 1);
-      mbar_init(empty + 8 * s, (kC > 1 && !(ab & kWgNoMulticast) ? kC : 1) * consumers / 32);  // every consumer warp of the cluster
+      mbar_init(empty + 8 * s, (kC > 1 && !(ab & kWgLocalRelease) ? kC : 1) * consumers / 32);  // every consumer warp of the cluster
     }
     fence_mbar_init();
   }
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
   auto release = [&](int st) {
     mbar_arrive(empty + 8 * st);
     if constexpr (kC > 1) {
-      if (!(ab & kWgNoMulticast))
+      if (!(ab & kWgLocalRelease))
 #pragma unroll
         for (int c = 1; c < kC; ++c) mbar_arrive_cluster(empty + 8 * st, uint32_t((rank_of() + c) % kC));
     }

@@ -30,7 +30,7 @@ for f in "$STD"/conf.*; do
   grep "logged" "$f" | head -6 | cut -c1-260 | tee -a "$S"
 done
 say "== 2. wgmma diagnostics ($((SECONDS - T0)) s)"
-NIBBLE_CUDA_WGMMA_ABLATE=ximg+lsu+waves,ximg+lsu+waves+cluster,ximg+lsu+waves+cluster+nomc,ximg+lsu+waves+xhalf,ximg+lsu+waves+cluster+grid128,ximg+lsu+waves+cluster+grid66,ximg+lsu+waves+grid66 \
+NIBBLE_CUDA_WGMMA_ABLATE=ximg+lsu+waves,ximg+lsu+waves+cluster,ximg+lsu+waves+cluster+nomc,ximg+lsu+waves+cluster+lrel,ximg+lsu+waves+xhalf,ximg+lsu+waves+cluster+grid128,ximg+lsu+waves+cluster+grid66,ximg+lsu+waves+grid66 \
   timeout 200 "$P/bench_kernels" --wgmma-diag --shapes 8192x8192,8192x57344 --m 1024,4096 \
   --out "$OUT/diag.txt" > "$STD/diag.stdout" 2>&1
 say "   exit $? after $((SECONDS - T0)) s"
