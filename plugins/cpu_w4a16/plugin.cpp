@@ -124,6 +124,8 @@ std::string env_knob_error() {
   check("NIBBLE_CPU_GEMM_MIN_M", at_least(env("NIBBLE_CPU_GEMM_MIN_M"), 1), "an integer >= 1");
   check("NIBBLE_CPU_PREFETCH", one_of(env("NIBBLE_CPU_PREFETCH"), {"nta", "t0", "none"}), "nta, t0 or none");
   check("NIBBLE_CPU_SPLIT_K", one_of(env("NIBBLE_CPU_SPLIT_K"), {"0", "1"}), "0 (never split K) or 1 (where tiles are few)");
+  check("NIBBLE_CPU_GEMM_PIECES", at_least(env("NIBBLE_CPU_GEMM_PIECES"), 1),
+        "an integer >= 1 (pieces per member of the GEMM forms' work)");
   check("NIBBLE_CPU_GEMM_DECODED", one_of(env("NIBBLE_CPU_GEMM_DECODED"), {"0", "1"}),
         "0 (gemm-avx2 without decoded operands) or 1 (with them at every M)");
   check("NIBBLE_NUM_THREADS", at_least(env("NIBBLE_NUM_THREADS"), 0), "an integer >= 0 (0: the OpenMP default)");
@@ -290,6 +292,11 @@ struct ColumnUnits {
   int64_t c1(int64_t u) const { return std::min(cols, tiles * (u + 1) / n * kTileN); }
 };
 
+int64_t gemm_pieces_per_member() {
+  const char* env = std::getenv("NIBBLE_CPU_GEMM_PIECES");  // checked by env_knob_error
+  return env && *env ? std::max(1LL, std::strtoll(env, nullptr, 10)) : kGemmPiecesPerMember;
+}
+
 bool split_k_allowed() {
   const char* env = std::getenv("NIBBLE_CPU_SPLIT_K");
   return !env || std::strcmp(env, "0") != 0;
@@ -372,14 +379,8 @@ int32_t apply(const nibble_prepared* h, const nibble_tensor* x, nibble_tensor* y
                          l.form,       0,
                          w.segments(), l.tile_steps,
                          stream_prefetch()};
-    // Pieces: the one-tile form (bandwidth-bound) about 32 per member, so that a member's run is
-    // one long stream and a late member's back half is worth stealing; the GEMM forms
-    // (compute-bound, weights reused from cache) whole column blocks, of their preferred width
-    // where the team has enough of them.
-    int64_t chunk = std::max<int64_t>(1, w.tiles / (int64_t(members) * 32));
-    if (form.compute_bound)
-      chunk = std::clamp<int64_t>(w.tiles / (int64_t(members) * 2) / form.quantum * form.quantum,
-                                  form.quantum, form.chunk);
+    const int64_t chunk =
+        piece_tiles(w.tiles, members, form.compute_bound, form.quantum, form.chunk, gemm_pieces_per_member());
     std::vector<int> member_nodes(static_cast<size_t>(members));
     for (int i = 0; i < members; ++i) member_nodes[size_t(i)] = team.node_of(i);
     WorkQueue queue({w.tiles, nslices, chunk, p.node_tiles}, member_nodes);

@@ -182,6 +182,32 @@ TEST_CASE("K slices: only where the tiles are few for the team, cut at segments 
   CHECK(slice_bounds(tiny, 5) == std::vector<int64_t>{0, 1, 2});
 }
 
+TEST_CASE("pieces: about 32 per member streaming; at least the asked-for number per member computing") {
+  // Bandwidth-bound: tiles / (32 members), at least 1.
+  CHECK(piece_tiles(8192, 2, false, 1, 1, 8) == 128);
+  CHECK(piece_tiles(256, 16, false, 1, 1, 8) == 1);
+  CHECK(piece_tiles(7, 16, false, 1, 1, 8) == 1);
+  // Compute-bound (the AMX form: quantum 2, chunk 8): 4096 columns on 16 members make 8 pieces
+  // each of 2 tiles (2 each of 8 tiles with 2 per member), on 2 members the whole chunk.
+  CHECK(piece_tiles(256, 16, true, 2, 8, 8) == 2);
+  CHECK(piece_tiles(256, 16, true, 2, 8, 2) == 8);
+  CHECK(piece_tiles(256, 2, true, 2, 8, 8) == 8);
+  CHECK(piece_tiles(3584, 16, true, 2, 8, 8) == 8);
+  // Multiples of the quantum, never below it (gemm-avx512bf16: 4, 32), whatever is asked.
+  CHECK(piece_tiles(256, 2, true, 4, 32, 8) == 16);
+  CHECK(piece_tiles(200, 2, true, 4, 32, 8) == 12);
+  CHECK(piece_tiles(10, 16, true, 4, 32, 8) == 4);
+  CHECK(piece_tiles(1 << 20, 1, true, 4, 32, int64_t(1) << 62) == 4);
+  // Whatever the layer and the team: a multiple of the quantum within [quantum, chunk].
+  for (int members : {1, 3, 16})
+    for (int64_t tiles : {1, 5, 256, 3584}) {
+      const int64_t c = piece_tiles(tiles, members, true, 2, 8, 8);
+      CHECK(c % 2 == 0);
+      CHECK(c >= 2);
+      CHECK(c <= 8);
+    }
+}
+
 TEST_CASE("node tiles in proportion to the members, at multiples of the quantum") {
   CHECK(node_tiles(100, {3}, 8) == std::vector<int64_t>{0, 100});
   CHECK(node_tiles(100, {1, 1}, 2) == std::vector<int64_t>{0, 50, 100});

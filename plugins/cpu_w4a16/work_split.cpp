@@ -11,6 +11,16 @@ int64_t k_slices(const CpuWeights& w, int64_t quantum, int64_t min_quanta, int m
   return std::clamp<int64_t>(want, 1, std::min<int64_t>(16, w.segments()));
 }
 
+int64_t piece_tiles(int64_t tiles, int members, bool compute_bound, int64_t quantum, int64_t chunk,
+                    int64_t per_member) {
+  const int64_t m = std::max(1, members);
+  if (!compute_bound) return std::max<int64_t>(1, tiles / (m * 32));
+  quantum = std::max<int64_t>(1, quantum);
+  chunk = std::max(quantum, chunk);
+  const int64_t want = tiles / (m * std::clamp<int64_t>(per_member, 1, 1 << 20)) / quantum * quantum;
+  return std::clamp(want, quantum, chunk);
+}
+
 std::vector<int64_t> slice_bounds(const CpuWeights& w, int64_t slices) {
   std::vector<int64_t> b = {0};
   const int64_t segs = w.segments();

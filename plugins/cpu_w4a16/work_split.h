@@ -24,6 +24,20 @@ int64_t k_slices(const CpuWeights& w, int64_t quantum, int64_t min_quanta, int m
 /// Fewer where segments are too long to cut that finely.
 std::vector<int64_t> slice_bounds(const CpuWeights& w, int64_t slices);
 
+/// Pieces per member a compute-bound form aims for (NIBBLE_CPU_GEMM_PIECES overrides it). The
+/// members take pieces dynamically, so a call ends at most about one piece after its fair share:
+/// with 2 pieces per member a member that comes late or runs slowly leaves the call up to 1.5x its
+/// ideal time, with 8 about 1.1x (docs/benchmarks.md, "Pieces of the GEMM forms").
+constexpr int64_t kGemmPiecesPerMember = 8;
+
+/// Tiles per piece of a call: a bandwidth-bound form (one tile per pass, weights streamed) about 32
+/// pieces per member, so that a member's run is one long stream and a late member's back half is
+/// worth stealing; a compute-bound form (`quantum` tiles per pass, weights reused from cache) at
+/// least `per_member` pieces per member, each a multiple of `quantum` and at most `chunk` tiles
+/// (its cache blocking), at least `quantum`.
+int64_t piece_tiles(int64_t tiles, int members, bool compute_bound, int64_t quantum, int64_t chunk,
+                    int64_t per_member);
+
 /// The tiles of each node, [nodes + 1] bounds: in proportion to the node's CPUs in `cpus`, cut at
 /// multiples of `quantum`; one node: {0, tiles}.
 std::vector<int64_t> node_tiles(int64_t tiles, const std::vector<int>& cpus, int64_t quantum);

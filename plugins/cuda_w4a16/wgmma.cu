@@ -39,6 +39,13 @@
 // x is the compact x of the low-plane rows, copied as any x. A consumer dequantizes each pair of
 // words in one pass (Ops<T>::dequant8) into one A fragment.
 //
+// Clusters of 2 (kC = 2, GemmParams::wg_sched & kWgSchedCluster; option wgmma_cluster, off by
+// default: measured no faster on an H100, docs/cuda.md): the two blocks of a cluster, neighbours
+// along the features, walk one schedule over tiles of 2 n tiles; each block's producer lane copies
+// half of every stage's x tile into both blocks (multicast), every consumer warp releases a stage
+// to both blocks' `empty` barriers, and the producer lane waits for every stage's last release
+// before it exits (the other block's consumers arrive on this block's barriers to the end).
+//
 // GemmParams::ablate and ::stages (zero in the plugin) select the diagnostics of bench_kernels
 // --wgmma-diag (WgAblate in kernel_params.h): the consumer modes as separate instances
 // (launch_wgmma_diag), everything else as run-time branches outside the consumers' wgmma loop.
@@ -474,7 +481,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) w4a16_wgmma_kernel(const GemmPa
       // 32 half-used sectors per access.) part_of(b)[j * kWgConsumers] is float4 j of block b.
       constexpr int64_t kSlotF4 = int64_t(TL::kF4) * kWgConsumers;
       auto part_of = [&](int64_t b) {
-        return reinterpret_cast<const float4*>(p.partials) + ((b == bf ? sh.slot_bf : 2 * b) * kC + rank_of()) * kSlotF4 + ctid;
+        const int64_t slot = (b == bf ? sh.slot_bf : 2 * b) * kC + rank_of();
+        return reinterpret_cast<const float4*>(p.partials) + slot * kSlotF4 + ctid;
       };
       float4* mine = reinterpret_cast<float4*>(p.partials) + (sh.slot_mine * kC + rank_of()) * kSlotF4 + ctid;
       // The tile's arrival counter (per output tile), formed where used: a pointer held across the
