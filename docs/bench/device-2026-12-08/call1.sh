@@ -26,8 +26,8 @@ say "== 1. CPU: pieces per member of gemm-amx, 2 / 8, 16 threads ($((SECONDS - T
 cpu_bench() {  # pieces, output name, extra args...
   local pieces=$1 name=$2
   shift 2
-  LD_LIBRARY_PATH="$here/build/core:$here/cpu/lib" NIBBLE_PLUGIN_PATH=$here/cpu/plugin NIBBLE_CPU_GEMM_PIECES=$pieces \
-    timeout 40 "$NIBBLE" bench --backend cpu_w4a16 --shapes 4096x4096,14336x4096,4096x14336,8192x28672 \
+  LD_LIBRARY_PATH="$here/lib:$here/cpu/lib" NIBBLE_PLUGIN_PATH=$here/cpu/plugin NIBBLE_CPU_GEMM_PIECES=$pieces \
+    timeout $([ "$name" = dense ] && echo 35 || echo 25) "$NIBBLE" bench --backend cpu_w4a16 --shapes 4096x4096,14336x4096,4096x14336,8192x28672 \
     --m 8,64,256 --threads 16 --budget 0.1 --json "$W/cpu_$name.json" "$@" > "$W/cpu_$name.txt" 2>&1
   say "   pieces $pieces ($name): exit $? after $((SECONDS - T0)) s"
 }
