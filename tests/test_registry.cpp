@@ -148,6 +148,29 @@ TEST_CASE("selection walks candidates by priority and records every verdict") {
   CHECK(verdict(g64, "test_good_a")->reason == "group size 64 not in {128}");
 }
 
+TEST_CASE("a plugin that declares only 4 bits is refused for 2-, 3- and 8-bit layers, with the reason") {
+  // The test plugins declare bits = 1 << 4 and the uint4 types, as a plugin written before the
+  // other widths would: never asked to run another width, each refusal names the width and theirs.
+  auto reg = test_registry();
+  for (const auto& [bits, wt] : {std::pair{8, WeightType::uint8b128}, std::pair{3, WeightType::uint3b4},
+                                 std::pair{2, WeightType::uint2}}) {
+    LinearSpec s = spec();
+    s.bits = bits;
+    s.weight_type = wt;
+    Selection sel = reg->select(s);
+    CHECK_FALSE(sel);
+    for (const char* name : {"test_good_a", "test_good_b"}) {
+      const auto* v = verdict(sel, name);
+      REQUIRE_MESSAGE(v, name);
+      CHECK(v->verdict == Verdict::unsupported);
+      CHECK(v->reason == fmt::format("{}-bit weights not supported (it runs 4 bits)", bits));
+    }
+    CHECK(contains(sel.trace(), fmt::format("{}-bit weights not supported", bits)));
+  }
+  // The same plugins run the 4-bit layer.
+  CHECK(reg->select(spec()));
+}
+
 TEST_CASE("policy: prefer, deny, pin, strict and per-layer overrides") {
   auto reg = test_registry();
   Policy p;
