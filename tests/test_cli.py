@@ -49,6 +49,7 @@ for knob, value, expected in [("NIBBLE_CPU_ISA", "avx513", "amx, avx512bf16, avx
                               ("NIBBLE_CPU_PREFETCH", "t1", "nta, t0 or none"),
                               ("NIBBLE_CPU_SPLIT_K", "yes", "0 (never split K) or 1"),
                               ("NIBBLE_CPU_GEMM_DECODED", "2", "0 (gemm-avx2 without decoded operands) or 1"),
+                              ("NIBBLE_CPU_GEMM_PIECES", "0", "an integer >= 1 (pieces per member"),
                               ("NIBBLE_NUM_THREADS", "two", "an integer >= 0")]:
     p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, **{knob: value})
     probe = {x["name"]: x for x in json.loads(p.stdout)["plugins"]}.get("cpu_w4a16", {}).get("probe", {}) if p.returncode == 0 else {}
@@ -137,6 +138,59 @@ with tempfile.TemporaryDirectory() as tmp:
         doc = json.loads(p.stdout) if p.returncode == 0 else {"layers": []}
         ran = [l for l in doc["layers"] if l.get("check")]
         check(p.returncode == 0 and len(ran) == 7, f"run --check {fmt}: 7 layers match the reference", p)
+    # Every width in every format that writes it: quantize, then explain reads that width per
+    # layer and run --check matches the reference; AWQ refuses other widths than 4, naming them.
+    widths = {"gptq": [2, 3, 8], "gptq_v2": [2, 3, 8], "autoround": [2, 3, 8], "autoround-gptqmodel": [2, 3, 8],
+              "compressed-tensors": [8], "autoround-awq": [], "awq": []}
+    for fmt, bits_list in widths.items():
+        for bits in bits_list:
+            out = os.path.join(tmp, f"{fmt}_{bits}")
+            p = run(["quantize", "--preset", "tiny", "--blocks", "1", "--format", fmt, "--bits", str(bits), "--asym",
+                     "--group", "64", "--out", out])
+            check(p.returncode == 0, f"quantize tiny {fmt} --bits {bits}", p)
+            p = run(["explain", "--model", out, "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+            doc = json.loads(p.stdout) if p.returncode == 0 else {"layers": []}
+            q = [l for l in doc["layers"] if l["status"] == "quantized"]
+            check(len(q) == 7 and all(l["bits"] == bits and l["spec_fields"]["bits"] == bits for l in q),
+                  f"explain {fmt} --bits {bits}: 7 layers of {bits} bits", p)
+            p = run(["run", "--model", out, "--batch", "3", "--check", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+            doc = json.loads(p.stdout) if p.returncode == 0 else {"layers": []}
+            check(p.returncode == 0 and len([l for l in doc["layers"] if l.get("check")]) == 7,
+                  f"run --check {fmt} --bits {bits}: 7 layers match the reference", p)
+            p = run(["lint", "--model", out, "--json"])
+            doc = json.loads(p.stdout) if p.returncode == 0 else {}
+            check(p.returncode == 0 and doc.get("count") == 0 and doc.get("layers_checked") == 7,
+                  f"lint {fmt} --bits {bits}: 7 layers, no finding", p)
+    for fmt in ["awq", "autoround-awq"]:
+        p = run(["quantize", "--preset", "tiny", "--blocks", "1", "--format", fmt, "--bits", "8", "--out",
+                 os.path.join(tmp, f"{fmt}_8")])
+        check(p.returncode != 0 and f"--bits 8: format {fmt} is written at 4 bits" in p.stderr,
+              f"quantize {fmt} --bits 8 is refused, naming the widths", p)
+
+    # lint (and verify without a reference) on a damaged checkpoint: the gptq v1 model's symmetric
+    # zero points rewritten in the v2 convention (GPTQModel v5's mislabelled files).
+    import shutil
+    bad = os.path.join(tmp, "v2_zeros_labelled_v1")
+    shutil.copytree(os.path.join(tmp, "gptq"), bad)
+    st = os.path.join(bad, "model.safetensors")
+    raw = bytearray(open(st, "rb").read())
+    hlen = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + hlen])
+    name = "model.layers.0.mlp.down_proj.qzeros"
+    b0, b1 = header[name]["data_offsets"]
+    raw[8 + hlen + b0:8 + hlen + b1] = b"\x88" * (b1 - b0)
+    open(st, "wb").write(raw)
+    for cmd in (["lint"], ["verify"]):
+        p = run(cmd + ["--model", bad, "--json"])
+        doc = json.loads(p.stdout) if p.stdout.startswith("{") else {"findings": []}
+        hits = [f for f in doc["findings"] if f["tensor"] == name and "labelled v1" in f["what"]]
+        check(p.returncode == 1 and len(hits) == 1 and hits[0]["layer"] == "model.layers.0.mlp.down_proj",
+              f"{cmd[0]} --model alone finds v2 zero points labelled v1, naming the layer and tensor", p)
+    p = run(["lint", "--model", bad])
+    check(p.returncode == 1 and f"[{name}]" in p.stdout and "finding(s)" in p.stdout, "lint (text) names the tensor", p)
+    p = run(["lint", "--model", os.path.join(tmp, "gptq")])
+    check(p.returncode == 0 and "0 finding(s)" in p.stdout, "lint of the undamaged model: no finding", p)
+
     # A pin that cannot run the model fails with the trace, layer by layer.
     p = run(["run", "--model", os.path.join(tmp, "gptq")], NIBBLE_PLUGIN_PATH=f"{CPU_DIR}:{TEST_DIR}", NIBBLE_BACKEND="test_no_device")
     check(p.returncode != 0 and "no test device present" in p.stdout, "run with a pinned backend without device explains why", p)

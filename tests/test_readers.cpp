@@ -244,6 +244,59 @@ TEST_CASE("lint: what the tensors say about themselves") {
     for (int64_t i = 0; i < qz.numel(); ++i) qz.mutable_data_as<uint32_t>()[i] = 0x88888888u;
     CHECK(contains(findings(rewrite(t, "gptq_v1_sym_g128", {{kLayer + ".qzeros", qz}})), "a v2 checkpoint labelled v1"));
   }
+  // Each finding names its tensor in full, also where it is a refusal (the checkpoint's own name:
+  // weight_scale for compressed-tensors).
+  const auto tensor_of = [](const fs::path& dir, const std::string& needle) {
+    auto c = Checkpoint::open(dir);
+    for (const auto& f : c->lint(*c->find_layer(kLayer)))
+      if (contains(f.what, needle)) return f.tensor;
+    return std::string("(no finding mentions '") + needle + "')";
+  };
+  {  // transposed zero points: the layer cannot load, and lint says why, of qzeros
+    TempDir t;
+    auto asym = SafetensorsFile::open(fixtures() / "gptq_v1_asym_g64" / "model.safetensors");
+    const Tensor qz = asym->get(kLayer + ".qzeros");
+    Tensor tr = Tensor::zeros(DType::i32, {qz.dim(1), qz.dim(0)});
+    for (int64_t i = 0; i < qz.dim(0); ++i)
+      for (int64_t j = 0; j < qz.dim(1); ++j)
+        tr.mutable_data_as<uint32_t>()[j * qz.dim(0) + i] = qz.data_as<uint32_t>()[i * qz.dim(1) + j];
+    CHECK(tensor_of(rewrite(t, "gptq_v1_asym_g64", {{kLayer + ".qzeros", tr}}), "transposed orientation") ==
+          kLayer + ".qzeros");
+  }
+  {  // every scale zero; non-finite scales (a finding of their own and canonicalize's refusal)
+    TempDir t, u;
+    Tensor zero = src->get(kLayer + ".scales").clone(), nan = zero.clone();
+    std::fill_n(zero.mutable_data_as<uint16_t>(), zero.numel(), uint16_t(0));
+    CHECK(tensor_of(rewrite(t, "gptq_v1_sym_g128", {{kLayer + ".scales", zero}}), "every scale is zero") ==
+          kLayer + ".scales");
+    nan.mutable_data_as<uint16_t>()[nan.dim(1) + 3] = 0x7c00;  // +inf at [1, 3]
+    const fs::path d = rewrite(u, "gptq_v1_sym_g128", {{kLayer + ".scales", nan}});
+    CHECK(tensor_of(d, "1 non-finite scale(s) of") == kLayer + ".scales");
+    CHECK(contains(findings(d), fmt::format("the first at [1, 3] of [{}, {}]", nan.dim(0), nan.dim(1))));
+  }
+  {  // compressed-tensors: the scales' own name
+    TempDir t;
+    auto ct = SafetensorsFile::open(fixtures() / "ct_pack_sym_g128" / "model.safetensors");
+    Tensor sc = ct->get(kLayer + ".weight_scale").clone();
+    std::fill_n(sc.mutable_data_as<uint16_t>(), sc.numel(), uint16_t(0));
+    CHECK(tensor_of(rewrite(t, "ct_pack_sym_g128", {{kLayer + ".weight_scale", sc}}), "every scale is zero") ==
+          kLayer + ".weight_scale");
+  }
+  {  // a symmetric layer whose qzeros is sized N // 32 * b words (N = 40): read, and a finding
+    TempDir t;
+    const int64_t rows = src->get(kLayer + ".qweight").dim(0), k = rows * 8, groups = k / 128, n = 40;
+    Tensor q = Tensor::zeros(DType::i32, {rows, n}), sc = Tensor::zeros(DType::f16, {groups, n});
+    Tensor qz = Tensor::zeros(DType::i32, {groups, n / 32 * 4});
+    for (int64_t i = 0; i < q.numel(); ++i) q.mutable_data_as<uint32_t>()[i] = 0x76543210u + uint32_t(i);
+    std::fill_n(sc.mutable_data_as<uint16_t>(), sc.numel(), uint16_t(0x2000));
+    std::fill_n(qz.mutable_data_as<uint32_t>(), qz.numel(), 0x77777777u);
+    const fs::path d = rewrite(t, "gptq_v1_sym_g128",
+                               {{kLayer + ".qweight", q}, {kLayer + ".scales", sc}, {kLayer + ".qzeros", qz},
+                                {kLayer + ".g_idx", Tensor()}, {kLayer + ".bias", Tensor()}});
+    auto c = Checkpoint::open(d);
+    CHECK(c->find_layer(kLayer)->scheme.kind == LayerScheme::Kind::quantized);
+    CHECK(tensor_of(d, "fewer than N = 40") == kLayer + ".qzeros");
+  }
   {  // a v1 word of all ones: a zero point of 0 packed by AutoGPTQ
     TempDir t;
     Tensor qz = SafetensorsFile::open(fixtures() / "gptq_v1_asym_g64" / "model.safetensors")->get(kLayer + ".qzeros").clone();
@@ -279,6 +332,10 @@ TEST_CASE("lint: what the tensors say about themselves") {
     Tensor narrow = Tensor::zeros(DType::i32, {qz.dim(0), qz.dim(1) - 1});
     auto c = Checkpoint::open(rewrite(t, "gptq_v1_asym_g64", {{kLayer + ".qzeros", narrow}}));
     CHECK(contains(c->find_layer(kLayer)->scheme.reason, "too narrow for N"));
+    CHECK(c->find_layer(kLayer)->scheme.reason_tensor == kLayer + ".qzeros");
+    const auto f = c->lint(*c->find_layer(kLayer));
+    REQUIRE(f.size() == 1);
+    CHECK(f[0].tensor == kLayer + ".qzeros");
   }
 }
 

@@ -171,6 +171,7 @@ std::shared_ptr<Checkpoint> Checkpoint::open(const fs::path& dir) {
         } catch (const Error& err) {
           e.scheme.kind = LayerScheme::Kind::unsupported;
           e.scheme.reason = err.what();
+          if (const auto* te = dynamic_cast<const TensorError*>(&err)) e.scheme.reason_tensor = te->tensor();
         }
       }
       for (const auto& s : stray)
@@ -267,7 +268,7 @@ CanonicalLinear Checkpoint::load(const std::string& layer, std::optional<DType> 
 
 std::vector<LintFinding> Checkpoint::lint(const LayerEntry& e) const {
   if (e.scheme.kind == LayerScheme::Kind::unquantized) return {};
-  if (e.scheme.kind == LayerScheme::Kind::unsupported) return {{e.name, "", e.scheme.reason}};
+  if (e.scheme.kind == LayerScheme::Kind::unsupported) return {{e.name, e.scheme.reason_tensor, e.scheme.reason}};
   return lint_layer(e.name, e.scheme, source_for(e.name), config_.model_dtype());
 }
 

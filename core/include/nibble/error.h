@@ -35,4 +35,16 @@ class Error : public std::runtime_error {
   Errc code_;
 };
 
+/// An Error about one tensor of a checkpoint, which it names in full ("model.layers.0.mlp.up_proj.
+/// qzeros"), for callers that list findings by tensor (lint). The message names it too.
+class TensorError : public Error {
+ public:
+  TensorError(Errc code, std::string message, std::string tensor)
+      : Error(code, std::move(message)), tensor_(std::move(tensor)) {}
+  const std::string& tensor() const noexcept { return tensor_; }
+
+ private:
+  std::string tensor_;
+};
+
 }  // namespace nibble

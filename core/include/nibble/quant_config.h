@@ -24,6 +24,7 @@ struct LayerScheme {
   enum class Kind { quantized, unquantized, unsupported };
   Kind kind = Kind::unquantized;
   std::string reason;          ///< why unquantized / unsupported, naming the config key or tensor
+  std::string reason_tensor;   ///< the full name of the tensor the reason is about, or "" (lint's findings)
   Format format = Format::unknown;  ///< the tool family, for reports
   Packing packing = Packing::gptq_v1;
   int bits = 4;                ///< 2, 3, 4 or 8 where quantized

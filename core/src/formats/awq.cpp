@@ -135,7 +135,7 @@ nlohmann::ordered_json write_config(const QuantizeOptions& o, const WriterVarian
 }  // namespace
 
 const FormatUnit& awq_format() {
-  static const PackingUnit packing{Packing::awq_gemm, "qweight", {"qweight", "qzeros", "scales"}, {4}, 0, describe, read, write, lint};
+  static const PackingUnit packing{Packing::awq_gemm, "qweight", "scales", {"qweight", "qzeros", "scales"}, {4}, 0, describe, read, write, lint};
   static const FormatUnit unit{"awq", {"awq"}, parse_config, {&packing}, {{"awq", Packing::awq_gemm, write_config}}};
   return unit;
 }

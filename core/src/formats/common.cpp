@@ -26,7 +26,8 @@ std::string found_dtype(const TensorInfo& t) {
 }  // namespace
 
 void LayerTensors::fail(const std::string& suffix, const std::string& what, Errc code) const {
-  throw Error(code, fmt::format("layer '{}': tensor '{}': {}", printable(layer), printable(name(suffix)), what));
+  throw TensorError(code, fmt::format("layer '{}': tensor '{}': {}", printable(layer), printable(name(suffix)), what),
+                    name(suffix));
 }
 
 void LayerTensors::check(const std::string& suffix, const TensorInfo& t, std::initializer_list<DType> dtypes,
@@ -218,34 +219,46 @@ std::vector<LintFinding> lint_layer(const std::string& name, const LayerScheme& 
                                     DType act_dtype) {
   std::vector<LintFinding> out;
   const auto add = [&](const std::string& tensor, const std::string& what) { out.push_back({name, tensor, what}); };
+  // A refusal is a finding of the tensor it names (TensorError), else of the layer; true if none.
+  const auto refused = [&](auto&& step) {
+    try {
+      step();
+      return false;
+    } catch (const TensorError& e) {
+      add(e.tensor(), e.what());
+    } catch (const Error& e) {
+      add("", e.what());
+    }
+    return true;
+  };
+  const detail::PackingUnit& unit = detail::packing_unit(scheme.packing);
   detail::LayerTensors t{name, tensors};
   LinearSpec spec;
-  try {
-    spec = describe_layer(name, scheme, tensors, act_dtype);
-  } catch (const Error& e) {
-    add("", e.what());
-    return out;
-  }
-  for (auto& f : detail::packing_unit(scheme.packing).lint(t, scheme, spec)) add(f.tensor, f.what);
+  if (refused([&] { spec = describe_layer(name, scheme, tensors, act_dtype); })) return out;
+  refused([&] {
+    for (auto& f : unit.lint(t, scheme, spec)) add(f.tensor, f.what);
+  });
+  // Scales, as stored (describe checked their shape): zero ones zero their whole group; non-finite
+  // ones poison every output, and canonicalize refuses them (a second finding, below). Positions
+  // are the tensor's own coordinates, whatever its orientation.
+  refused([&] {
+    const Tensor sc = t.data(unit.scales);
+    const int64_t ns = sc.numel(), cols = sc.ndim() == 2 ? sc.dim(1) : std::max<int64_t>(1, ns);
+    int64_t zero = 0, bad = 0, first_bad = -1;
+    for (int64_t i = 0; i < ns; ++i) {
+      const double v = sc.at(std::size_t(i));
+      zero += v == 0;
+      if (!std::isfinite(v) && bad++ == 0) first_bad = i;
+    }
+    const std::string scales = t.name(unit.scales);
+    if (bad)
+      add(scales, fmt::format("{} non-finite scale(s) of {}, the first at [{}, {}] of {}", bad, ns, first_bad / cols,
+                              first_bad % cols, shape_str(sc.shape())));
+    if (ns && zero == ns) add(scales, "every scale is zero: the layer's weights are all zero");
+    else if (zero) add(scales, fmt::format("{} of {} scales are zero", zero, ns));
+  });
   CanonicalLinear w;
-  try {
-    w = canonicalize(scheme, tensors, spec);
-  } catch (const Error& e) {
-    add("", e.what());
-    return out;
-  }
-  // Scales: zero ones zero their whole group; non-finite ones poison every output.
-  int64_t zero = 0, bad = 0, first_bad = -1;
-  const int64_t ns = w.scales.numel();
-  for (int64_t i = 0; i < ns; ++i) {
-    const double v = w.scales.at(std::size_t(i));
-    zero += v == 0;
-    if (!std::isfinite(v) && bad++ == 0) first_bad = i;
-  }
-  const std::string scales = name + "." + (scheme.packing == Packing::compressed_tensors ? "weight_scale" : "scales");
-  if (bad) add(scales, fmt::format("{} non-finite scale(s), the first at group {}, column {}", bad, first_bad / spec.n, first_bad % spec.n));
-  if (zero == ns) add(scales, "every scale is zero: the layer's weights are all zero");
-  else if (zero) add(scales, fmt::format("{} of {} scales are zero", zero, ns));
+  if (refused([&] { w = canonicalize(scheme, tensors, spec); })) return out;
   // Codes: a range that leaves half of the levels or more unused suggests another bit width.
   const int levels = 1 << spec.bits;
   std::vector<int64_t> hist(std::size_t(levels), 0);
@@ -255,7 +268,7 @@ std::vector<LintFinding> lint_layer(const std::string& name, const LayerScheme& 
   while (lo < levels && !hist[std::size_t(lo)]) ++lo;
   while (hi > 0 && !hist[std::size_t(hi)]) --hi;
   if (spec.k * spec.n >= 4 * levels && hi - lo + 1 <= levels / 2)
-    add(name + "." + primary_tensor_suffix(scheme.packing),
+    add(t.name(unit.primary),
         fmt::format("the {}-bit codes use only {}..{} of 0..{}: quantized at another width, or packed wrongly?", spec.bits,
                     lo, hi, levels - 1));
   return out;

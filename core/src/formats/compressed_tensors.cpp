@@ -210,6 +210,7 @@ nlohmann::ordered_json write_config(const QuantizeOptions& o, const WriterVarian
 const FormatUnit& compressed_tensors_format() {
   static const PackingUnit packing{Packing::compressed_tensors,
                                    "weight_packed",
+                                   "weight_scale",
                                    {"weight_packed", "weight_shape", "weight_scale", "weight_zero_point", "weight_g_idx"},
                                    {4, 8},
                                    0,

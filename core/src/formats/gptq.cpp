@@ -184,9 +184,9 @@ std::vector<Finding> lint(const LayerTensors& t, const LayerScheme& sc, const Li
 }
 
 const PackingUnit& packing(Packing p) {
-  static const PackingUnit v1{Packing::gptq_v1, "qweight", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 1,
+  static const PackingUnit v1{Packing::gptq_v1, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 1,
                               describe, read, write, lint};
-  static const PackingUnit v2{Packing::gptq_v2, "qweight", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 0,
+  static const PackingUnit v2{Packing::gptq_v2, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 0,
                               describe, read, write, lint};
   return p == Packing::gptq_v1 ? v1 : v2;
 }

@@ -95,6 +95,7 @@ struct Finding {
 struct PackingUnit {
   Packing packing;
   const char* primary;                ///< the tensor that marks a layer of this packing ("qweight")
+  const char* scales;                 ///< the tensor of its scales ("scales")
   std::vector<std::string> suffixes;  ///< every tensor a layer of it may have (primary included; bias not)
   std::vector<int> widths;            ///< the bit widths it stores
   int min_zero;                       ///< the smallest zero point it can store (GPTQ v1: 1, as it stores z - 1)
