@@ -144,6 +144,49 @@ TEST_CASE("GPTQModel dynamic overrides set a layer's width") {
   CHECK(contains(s.reason, "5-bit weights (quantization_config.dynamic[\".*down_proj\"].bits)"));
 }
 
+TEST_CASE("per-layer rules match as the formats' loaders match them: file order, first match, anchors") {
+  const auto gptq = [](const std::string& dyn, const std::string& layer) {
+    return QuantConfig::parse(R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": )" +
+                                  dyn + "}}",
+                              "c.json")
+        .scheme_for(layer);
+  };
+  const std::string down = "model.layers.3.mlp.down_proj", up = "model.layers.3.mlp.up_proj";
+  // GPTQModel dynamic (GPTQModel's and vLLM's dynamic_get): the first rule in the file's order that
+  // matches decides. Sorted keys would put ".*down_proj" first.
+  CHECK(gptq(R"({"+:.*mlp.*": {"bits": 8}, "+:.*down_proj": {"bits": 2}})", down).bits == 8);
+  CHECK(gptq(R"({"+:.*down_proj": {"bits": 2}, "+:.*mlp.*": {"bits": 8}})", down).bits == 2);
+  // A skip after a matching rule does not apply; before it, it does.
+  CHECK(gptq(R"({"+:.*down_proj": {"bits": 8}, "-:.*layers\\.3\\..*": {}})", down).kind == LayerScheme::Kind::quantized);
+  CHECK(gptq(R"({"+:.*down_proj": {"bits": 8}, "-:.*layers\\.3\\..*": {}})", up).kind == LayerScheme::Kind::unquantized);
+  CHECK(gptq(R"({"-:.*layers\\.3\\..*": {}, "+:.*down_proj": {"bits": 8}})", down).kind == LayerScheme::Kind::unquantized);
+  // re.match: anchored at the start of the name, not searched in it.
+  CHECK(gptq(R"({"+:mlp": {"bits": 8}})", down).bits == 4);
+  CHECK(gptq(R"({"+:model\\.layers\\.3\\.": {"bits": 8}})", down).bits == 8);
+  // The matching rule's missing keys are the base's, never a later rule's.
+  const LayerScheme g = gptq(R"({"+:.*down_proj": {"group_size": 64}, "+:.*mlp.*": {"bits": 8}})", down);
+  CHECK(g.bits == 4);
+  CHECK(g.group_size == 64);
+
+  const auto ar = [](const std::string& extra, const std::string& layer) {
+    return QuantConfig::parse(R"({"quantization_config": {"quant_method": "auto-round", "packing_format": "auto_round:auto_gptq",
+                                   "bits": 4, "group_size": 128, "sym": true, "extra_config": )" +
+                                  extra + "}}",
+                              "c.json")
+        .scheme_for(layer);
+  };
+  // AutoRound extra_config (vLLM's reading): a key equal to the name beats an earlier regex; else
+  // the first regex key in the file's order that matches somewhere in the name.
+  const std::string both = R"({".*down_proj": {"bits": 8}, "model.layers.3.mlp.down_proj": {"bits": 2}})";
+  CHECK(ar(both, down).bits == 2);
+  CHECK(ar(both, "model.layers.4.mlp.down_proj").bits == 8);
+  CHECK(ar(R"({".*mlp.*": {"bits": 8}, ".*down_proj": {"bits": 2}})", down).bits == 8);
+  CHECK(ar(R"({"mlp\\.down": {"bits": 8}})", down).bits == 8);  // a regex, searched
+  // A plain name is a name, not a pattern: it neither searches nor matches by '.'.
+  CHECK(ar(R"({"layers.3.mlp.down_proj": {"bits": 8}})", down).bits == 4);
+  CHECK(ar(R"({"model.layers.3.mlp.down_proj": {"bits": 8}})", "model.layers.3.mlp.down_projection").bits == 4);
+}
+
 TEST_CASE("widths a format does not have, and widths the tensors contradict, are refused by name") {
   const auto scheme = [](const std::string& q) {
     return QuantConfig::parse(R"({"quantization_config": )" + q + "}", "c.json").scheme_for("model.layers.0.q");

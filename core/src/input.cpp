@@ -98,6 +98,15 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin, int 
   }
 }
 
+nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin, int max_depth) {
+  check_json_depth(text, origin, max_depth);
+  try {
+    return nlohmann::ordered_json::parse(text.begin(), text.end());
+  } catch (const nlohmann::ordered_json::exception& e) {
+    throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, printable(std::string_view(e.what()))));
+  }
+}
+
 std::string printable(std::string_view s, std::size_t max) {
   std::string out;
   const std::size_t n = std::min(s.size(), max);
@@ -113,6 +122,10 @@ std::string printable(std::string_view s, std::size_t max) {
 
 std::string printable_json(const nlohmann::json& v, std::size_t max) {
   // The depth is bounded (parse_json), so dump() cannot recurse deeply; its length is bounded here.
+  return printable(std::string_view(v.dump()), max);
+}
+
+std::string printable_json(const nlohmann::ordered_json& v, std::size_t max) {
   return printable(std::string_view(v.dump()), max);
 }
 

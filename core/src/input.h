@@ -39,11 +39,17 @@ void check_json_depth(std::string_view text, const std::string& origin, int max_
 /// Parses JSON text, refusing (Errc::format, naming `origin`) invalid syntax and nesting deeper
 /// than `max_depth`.
 nlohmann::json parse_json(std::string_view text, const std::string& origin, int max_depth = kMaxJsonDepth);
+/// The same, keeping the objects' keys in the order of the text (configs whose per-layer rules
+/// apply in file order, as Python's dicts keep it: GPTQModel dynamic, AutoRound extra_config).
+/// Its objects find keys by a linear search: for small documents only.
+nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin,
+                                          int max_depth = kMaxJsonDepth);
 
 /// `s` for a message: control characters and non-ASCII bytes escaped (\x1b), at most `max` bytes
 /// of it, then "..." and the length. Names from a file can then never forge lines of output.
 std::string printable(std::string_view s, std::size_t max = 200);
 /// A JSON value for a message: its compact text through printable().
 std::string printable_json(const nlohmann::json& v, std::size_t max = 80);
+std::string printable_json(const nlohmann::ordered_json& v, std::size_t max = 80);
 
 }  // namespace nibble::detail

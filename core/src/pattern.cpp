@@ -43,4 +43,9 @@ bool regex_search(const std::string& pattern, const std::string& text) {
   return re.ok() && RE2::PartialMatch(text, re);
 }
 
+bool regex_prefix_match(const std::string& pattern, const std::string& text) {
+  const RE2& re = compiled(pattern);
+  return re.ok() && re.Match(text, 0, text.size(), RE2::ANCHOR_START, nullptr, 0);
+}
+
 }  // namespace nibble::detail

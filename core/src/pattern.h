@@ -11,6 +11,8 @@ namespace nibble::detail {
 bool regex_full_match(const std::string& pattern, const std::string& text);
 /// True if `pattern` matches somewhere in `text`; false for an invalid pattern.
 bool regex_search(const std::string& pattern, const std::string& text);
+/// True if `pattern` matches a prefix of `text` (Python's re.match); false for an invalid pattern.
+bool regex_prefix_match(const std::string& pattern, const std::string& text);
 /// Empty if `pattern` compiles, else RE2's reason.
 std::string regex_error(const std::string& pattern);
 

@@ -12,14 +12,19 @@
 
 namespace nibble {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // per-layer rules apply in file order
 
 namespace {
 
-// An AutoRound extra_config or GPTQModel dynamic key: an exact name, else a regular expression
-// searched in the name (checked when the config was read).
-bool search_match(const std::string& pattern, const std::string& name) {
-  return pattern == name || detail::regex_search(pattern, name);
+// An AutoRound extra_config or GPTQModel dynamic key against a layer name, as the format's loaders
+// match it (the patterns were checked when the config was read).
+bool override_matches(const QuantConfig::Override& o, const std::string& name) {
+  switch (o.match) {
+    case QuantConfig::Match::exact: return o.pattern == name;
+    case QuantConfig::Match::search: return detail::regex_search(o.pattern, name);
+    case QuantConfig::Match::prefix: return detail::regex_prefix_match(o.pattern, name);
+  }
+  return false;
 }
 
 bool is_lm_head(const std::string& name) { return name == "lm_head" || name.ends_with(".lm_head"); }
@@ -27,7 +32,7 @@ bool is_lm_head(const std::string& name) { return name == "lm_head" || name.ends
 }  // namespace
 
 QuantConfig QuantConfig::parse(const std::string& text, const std::string& origin) {
-  const json root = detail::parse_json(text, origin);
+  const json root = detail::parse_json_ordered(text, origin);
   if (!root.is_object()) throw Error(Errc::format, fmt::format("{}: expected a JSON object", origin));
   QuantConfig c;
   const std::string dt = detail::get_str(root, {"torch_dtype", "dtype"}, "float16", origin, "config");
@@ -99,16 +104,21 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
       return un;
     }
   }
-  LayerScheme s = r.base;
-  for (const auto& o : r.overrides) {
-    if (!search_match(o.pattern, name)) continue;
-    if (o.skip) {
-      un.reason = fmt::format("{} leaves it unquantized", o.origin);
-      return un;
-    }
-    s = o.scheme;
+  const QuantConfig::Override* hit = nullptr;
+  if (r.exact_first)
+    for (const auto& o : r.overrides)
+      if (o.pattern == name) {
+        hit = &o;
+        break;
+      }
+  for (const auto& o : r.overrides)
+    if (!hit && override_matches(o, name)) hit = &o;
+  if (!hit) return r.base;
+  if (hit->skip) {
+    un.reason = fmt::format("{} leaves it unquantized", hit->origin);
+    return un;
   }
-  return s;
+  return hit->scheme;
 }
 
 }  // namespace nibble

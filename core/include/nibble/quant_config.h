@@ -49,9 +49,15 @@ class QuantConfig {
   /// The dtype config.json declares (torch_dtype / dtype), f16 if absent.
   DType model_dtype() const noexcept { return model_dtype_; }
 
+  /// How an override's pattern meets a layer name, as the format's own loaders match it.
+  enum class Match {
+    exact,   ///< the name is the pattern (AutoRound keys without regex characters)
+    search,  ///< the regex matches somewhere in the name (Python's re.search: AutoRound regex keys)
+    prefix,  ///< the regex matches at the start of the name (Python's re.match: GPTQModel dynamic)
+  };
   struct Override {             ///< a per-layer rule (extra_config, dynamic, config_groups)
-    std::string pattern;        ///< exact name, or a regex searched in the name (regex_search), or a target
-    bool regex_search = false;  ///< match anywhere in the name (AutoRound keys, GPTQModel dynamic)
+    std::string pattern;        ///< exact name, regex, or a target
+    Match match = Match::exact;
     bool skip = false;          ///< leaves the layer unquantized
     LayerScheme scheme;
     std::string origin;         ///< the config key, for reasons
@@ -67,7 +73,10 @@ class QuantConfig {
     std::vector<std::string> ignore;          ///< names or "re:" patterns left unquantized (compressed-tensors)
     std::vector<std::string> block_prefixes;  ///< only layers inside these are quantized (AutoRound)
     bool quantize_lm_head = false;
-    std::vector<Override> overrides;          ///< per-layer changes of base; every match applies, in order
+    /// Per-layer replacements of base, in the config's order: the first that matches decides (a
+    /// skip included), after any whose pattern equals the name where exact_first.
+    std::vector<Override> overrides;
+    bool exact_first = false;                 ///< AutoRound: a key equal to the name beats every regex
     std::vector<Override> targets;            ///< compressed-tensors config_groups targets: the first match decides
     bool by_targets = false;                  ///< layers are quantized only through `targets`
     std::string unsupported;                  ///< set when the whole config is one nibble does not run

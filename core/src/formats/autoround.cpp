@@ -11,7 +11,7 @@ namespace nibble::detail {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // The widths a packing stores, for the reasons of a layer at another width.
 std::initializer_list<int> widths_of(Packing p) {
@@ -43,12 +43,17 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   r.block_prefixes = get_list(q, "block_name_to_quantize", origin);
   if (auto ec = q.find("extra_config"); ec != q.end() && !ec->is_null()) {
     if (!ec->is_object()) config_error(origin, fmt::format("quantization_config.extra_config: expected an object, found {}", printable_json(*ec)));
+    // As vLLM reads it: a key equal to the layer's name decides; else, in the file's order, the
+    // first key with a regex character (one of * + ? ^ $ ( ) [ ] { } | or a backslash; a plain
+    // name is never a regex) that matches somewhere in the name (re.search).
+    r.exact_first = true;
     for (const auto& [key, val] : ec->items()) {
       QuantConfig::Override o;
       o.pattern = key;
-      o.regex_search = true;
+      o.match = key.find_first_of("*+?^$()[]{}|\\") == std::string::npos ? QuantConfig::Match::exact
+                                                                        : QuantConfig::Match::search;
       o.origin = fmt::format("quantization_config.extra_config[\"{}\"]", printable(key));
-      check_pattern(key, origin, o.origin);
+      if (o.match == QuantConfig::Match::search) check_pattern(key, origin, o.origin);
       if (!val.is_object()) config_error(origin, fmt::format("{}: expected an object, found {}", o.origin, printable_json(val)));
       o.scheme = s;
       o.scheme.kind = LayerScheme::Kind::quantized;

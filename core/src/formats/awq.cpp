@@ -11,7 +11,7 @@ namespace nibble::detail {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // AutoAWQ packs columns (0, 2, 4, 6, 1, 3, 5, 7) into nibbles 0..7 of each word.
 constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};

@@ -19,7 +19,7 @@ namespace nibble::detail {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr std::initializer_list<int> kWidths = {4, 8};
 

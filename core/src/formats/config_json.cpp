@@ -8,7 +8,7 @@
 
 namespace nibble::detail {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 void config_error(const std::string& origin, const std::string& what) {
   throw Error(Errc::format, fmt::format("{}: {}", origin, what));

@@ -13,7 +13,7 @@ namespace nibble::detail {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr std::initializer_list<int> kWidths = {2, 3, 4, 8};
 
@@ -218,11 +218,13 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
     s.kind = LayerScheme::Kind::unsupported, s.reason = why;
   r.quantize_lm_head = get_bool(q, {"lm_head"}, false, origin);
   // GPTQModel "dynamic": {"-:regex": {}} skips layers; "+:regex" or "regex": {bits, group_size, ...}.
+  // As GPTQModel and vLLM read it: in the file's order, the first rule whose regex matches at the
+  // start of the name (re.match) decides, a skip or its overrides (keys it lacks: the base's).
   if (auto dyn = q.find("dynamic"); dyn != q.end() && !dyn->is_null()) {
     if (!dyn->is_object()) config_error(origin, fmt::format("quantization_config.dynamic: expected an object, found {}", printable_json(*dyn)));
     for (const auto& [key, val] : dyn->items()) {
       QuantConfig::Override o;
-      o.regex_search = true;
+      o.match = QuantConfig::Match::prefix;
       o.origin = fmt::format("quantization_config.dynamic[\"{}\"]", printable(key));
       o.skip = key.starts_with("-:");
       o.pattern = key.starts_with("-:") || key.starts_with("+:") ? key.substr(2) : key;

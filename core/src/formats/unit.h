@@ -125,7 +125,7 @@ struct FormatUnit {
   const char* name;                  ///< "gptq", "awq", "compressed-tensors", "auto-round"
   std::vector<std::string> methods;  ///< quant_method values it reads
   /// Fills `rules` from quantization_config `q` (errors name `origin` and the key).
-  void (*parse_config)(const nlohmann::json& q, const std::string& origin, ConfigRules& rules);
+  void (*parse_config)(const nlohmann::ordered_json& q, const std::string& origin, ConfigRules& rules);
   std::vector<const PackingUnit*> packings;  ///< the packings it defines (AutoRound: none of its own)
   std::vector<WriterVariant> writers;
 };
@@ -146,16 +146,16 @@ const FormatUnit& autoround_format();
 // --- config reading helpers shared by the units (config_json.cpp) ---
 [[noreturn]] void config_error(const std::string& origin, const std::string& what);
 /// An integer key (or the first present of several aliases) in [lo, hi]; `fallback` if absent.
-int get_int(const nlohmann::json& q, std::initializer_list<const char*> keys, int fallback, const std::string& origin,
+int get_int(const nlohmann::ordered_json& q, std::initializer_list<const char*> keys, int fallback, const std::string& origin,
             const std::string& where = "quantization_config", int lo = -1, int hi = 1 << 20);
-bool get_bool(const nlohmann::json& q, std::initializer_list<const char*> keys, bool fallback, const std::string& origin,
+bool get_bool(const nlohmann::ordered_json& q, std::initializer_list<const char*> keys, bool fallback, const std::string& origin,
               const std::string& where = "quantization_config");
-std::string get_str(const nlohmann::json& q, std::initializer_list<const char*> keys, const std::string& fallback,
+std::string get_str(const nlohmann::ordered_json& q, std::initializer_list<const char*> keys, const std::string& fallback,
                     const std::string& origin, const std::string& where = "quantization_config");
-std::vector<std::string> get_list(const nlohmann::json& q, const char* key, const std::string& origin,
+std::vector<std::string> get_list(const nlohmann::ordered_json& q, const char* key, const std::string& origin,
                                   const std::string& where = "quantization_config");
 /// A group size: -1 = per channel, else positive; 0 and other negatives are refused, naming the key.
-int get_group_size(const nlohmann::json& q, std::initializer_list<const char*> keys, int fallback,
+int get_group_size(const nlohmann::ordered_json& q, std::initializer_list<const char*> keys, int fallback,
                    const std::string& origin, const std::string& where = "quantization_config");
 /// Refuses a regular expression that does not compile, naming the key it came from.
 void check_pattern(const std::string& regex, const std::string& origin, const std::string& key);
