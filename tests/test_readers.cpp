@@ -185,6 +185,29 @@ TEST_CASE("per-layer rules match as the formats' loaders match them: file order,
   // A plain name is a name, not a pattern: it neither searches nor matches by '.'.
   CHECK(ar(R"({"layers.3.mlp.down_proj": {"bits": 8}})", down).bits == 4);
   CHECK(ar(R"({"model.layers.3.mlp.down_proj": {"bits": 8}})", "model.layers.3.mlp.down_projection").bits == 4);
+
+  // compressed-tensors (vLLM's find_matched_target): a target naming the layer beats a class
+  // target ("Linear") whatever their order; "re:" entries match at the start of the name.
+  const auto ct = [](const std::string& groups, const std::string& ignore, const std::string& layer) {
+    return QuantConfig::parse(R"({"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                   "ignore": )" + ignore + R"(, "config_groups": )" + groups + "}}",
+                              "c.json")
+        .scheme_for(layer);
+  };
+  const auto group = [](const std::string& name, int bits, const std::string& targets) {
+    return fmt::format(R"("{}": {{"targets": {}, "weights": {{"num_bits": {}, "type": "int", "symmetric": true,
+                          "strategy": "group", "group_size": 128}}}})",
+                       name, targets, bits);
+  };
+  const std::string mixed = "{" + group("group_0", 4, R"(["Linear"])") + ", " + group("group_1", 8, R"(["re:.*down_proj"])") + "}";
+  CHECK(ct(mixed, "[]", down).bits == 8);
+  CHECK(ct(mixed, "[]", up).bits == 4);
+  CHECK(ct(mixed, "[]", "lm_head").kind == LayerScheme::Kind::unquantized);
+  CHECK(ct("{" + group("group_0", 8, R"(["re:model\\.layers\\.3"])") + "}", "[]", down).bits == 8);  // re.match: a prefix
+  CHECK(ct("{" + group("group_0", 8, R"(["re:layers\\.3"])") + "}", "[]", down).kind == LayerScheme::Kind::unquantized);
+  const LayerScheme ig = ct(mixed, R"(["re:.*up_proj"])", up);
+  CHECK(ig.kind == LayerScheme::Kind::unquantized);
+  CHECK(contains(ig.reason, "matches 're:.*up_proj' in quantization_config.ignore"));
 }
 
 TEST_CASE("widths a format does not have, and widths the tensors contradict, are refused by name") {

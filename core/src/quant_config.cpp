@@ -7,7 +7,6 @@
 #include "formats/unit.h"
 #include "input.h"
 #include "nibble/error.h"
-#include "nibble/policy.h"
 #include "pattern.h"
 
 namespace nibble {
@@ -16,13 +15,15 @@ using json = nlohmann::ordered_json;  // per-layer rules apply in file order
 
 namespace {
 
-// An AutoRound extra_config or GPTQModel dynamic key against a layer name, as the format's loaders
-// match it (the patterns were checked when the config was read).
-bool override_matches(const QuantConfig::Override& o, const std::string& name) {
+// A rule's pattern against a layer name, as its format's loaders match it (the units chose the
+// match and checked the patterns when the config was read).
+bool rule_matches(const QuantConfig::Override& o, const std::string& name) {
   switch (o.match) {
     case QuantConfig::Match::exact: return o.pattern == name;
     case QuantConfig::Match::search: return detail::regex_search(o.pattern, name);
     case QuantConfig::Match::prefix: return detail::regex_prefix_match(o.pattern, name);
+    case QuantConfig::Match::substring: return name.find(o.pattern) != std::string::npos;
+    case QuantConfig::Match::every: return !(name == "lm_head" || name.ends_with(".lm_head"));
   }
   return false;
 }
@@ -70,36 +71,28 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
     s.reason = r.unsupported;
     return s;
   }
-  for (const auto& m : r.not_converted)
-    if (name.find(m) != std::string::npos) {
-      un.reason = fmt::format("matches '{}' in quantization_config.modules_to_not_convert", detail::printable(m));
-      return un;
-    }
-  for (const auto& m : r.ignore)
-    if (m == name || (m.starts_with("re:") && name_matches(m, name))) {
-      un.reason = fmt::format("matches '{}' in quantization_config.ignore", detail::printable(m));
+  for (const auto& o : r.skips)
+    if (rule_matches(o, name)) {
+      un.reason = "matches " + o.origin;
       return un;
     }
   if (r.by_targets) {
-    for (const auto& t : r.targets) {
-      const bool class_target = t.pattern == "Linear" || t.pattern.ends_with(".Linear") || t.pattern == "LinearBase";
-      if (class_target || t.pattern == name || (t.pattern.starts_with("re:") && name_matches(t.pattern, name))) {
-        if (class_target && is_lm_head(name)) continue;  // lm_head is only quantized when named
-        return t.scheme;
-      }
-    }
-    un.reason = "matches no target of quantization_config.config_groups";
+    // By name first, in order; then class-wide (compressed-tensors' find_matched_target).
+    for (bool every : {false, true})
+      for (const auto& t : r.targets)
+        if ((t.match == Match::every) == every && rule_matches(t, name)) return t.scheme;
+    un.reason = r.targets_origin;
     return un;
   }
   if (is_lm_head(name) && !r.quantize_lm_head) {
-    un.reason = "lm_head is not quantized (quantization_config.lm_head is false)";
+    un.reason = r.lm_head_reason;
     return un;
   }
   if (!r.block_prefixes.empty()) {
     bool inside = false;
     for (const auto& b : r.block_prefixes) inside |= name.starts_with(b + ".") || name == b;
     if (!inside) {
-      un.reason = fmt::format("outside quantization_config.block_name_to_quantize ({})",
+      un.reason = fmt::format("outside {} ({})", r.blocks_origin,
                               detail::printable(fmt::format("{}", fmt::join(r.block_prefixes, ", "))));
       return un;
     }
@@ -112,7 +105,7 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
         break;
       }
   for (const auto& o : r.overrides)
-    if (!hit && override_matches(o, name)) hit = &o;
+    if (!hit && rule_matches(o, name)) hit = &o;
   if (!hit) return r.base;
   if (hit->skip) {
     un.reason = fmt::format("{} leaves it unquantized", hit->origin);

@@ -177,9 +177,10 @@ void prepare_out_dir(const fs::path& out) {
 }
 
 void check_options(const QuantizeOptions& o, const OutputFormat& f) {
-  if (o.act_order && f.packing == Packing::awq_gemm)
-    throw Error(Errc::unsupported, fmt::format("format {} has no act order (AWQ writes no g_idx)", f.name));
-  const std::vector<int>& widths = detail::packing_unit(f.packing).widths;
+  const detail::PackingUnit& unit = detail::packing_unit(f.packing);
+  if (o.act_order && !unit.act_order)
+    throw Error(Errc::unsupported, fmt::format("format {} has no act order (its packing stores no g_idx)", f.name));
+  const std::vector<int>& widths = unit.widths;
   if (std::find(widths.begin(), widths.end(), o.bits) == widths.end())
     throw Error(Errc::unsupported, fmt::format("--bits {}: format {} is written at {} bits", o.bits, f.name, fmt::join(widths, ", ")));
   if (o.group_size != -1 && o.group_size <= 0)

@@ -1,11 +1,13 @@
 // nibble: the command line of the nibble W4A16 framework.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "bench.h"
 #include "cli.h"
+#include "nibble/quantize.h"
 
 
 
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
   quantize->add_option("--preset", qc.preset, "Random weights with these shapes: tiny, llama3-8b, llama3-70b, llama3-8b-fused, llama3-70b-fused");
   quantize->add_option("--blocks", qc.blocks, "Transformer blocks of the preset (default: the model's own)")->check(CLI::PositiveNumber);
   quantize->add_option("--bits", qc.bits, "Weight bits: 2, 3, 4 or 8 (as the format allows)")->capture_default_str()->check(CLI::IsMember({2, 3, 4, 8}));
-  quantize->add_option("--format", qc.format, "gptq, gptq_v2, awq, compressed-tensors, autoround, autoround-gptqmodel, autoround-awq")->capture_default_str();
+  quantize->add_option("--format", qc.format, fmt::format("{}", fmt::join(nibble::output_format_names(), ", ")))->capture_default_str();
   quantize->add_option("--group", qc.group, "Group size (-1: per channel)")->capture_default_str()->check(group_size_check);
   quantize->add_flag("--asym", qc.asym, "Asymmetric (zero points); default symmetric");
   quantize->add_flag("--act-order", qc.act_order, "Act order (g_idx)");

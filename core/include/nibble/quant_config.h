@@ -49,37 +49,49 @@ class QuantConfig {
   /// The dtype config.json declares (torch_dtype / dtype), f16 if absent.
   DType model_dtype() const noexcept { return model_dtype_; }
 
-  /// How an override's pattern meets a layer name, as the format's own loaders match it.
+  /// How a rule's pattern meets a layer name, as the format's own loaders match it. The format
+  /// units (core/src/formats) choose it; scheme_for only applies it.
   enum class Match {
-    exact,   ///< the name is the pattern (AutoRound keys without regex characters)
-    search,  ///< the regex matches somewhere in the name (Python's re.search: AutoRound regex keys)
-    prefix,  ///< the regex matches at the start of the name (Python's re.match: GPTQModel dynamic)
+    exact,      ///< the name is the pattern (AutoRound keys without regex characters, plain targets)
+    search,     ///< the regex matches somewhere in the name (Python's re.search: AutoRound regex keys)
+    prefix,     ///< the regex matches at the start of the name (re.match: GPTQModel dynamic, "re:" entries)
+    substring,  ///< the pattern occurs in the name (AWQ modules_to_not_convert)
+    every,      ///< every layer but lm_head (compressed-tensors class targets: "Linear")
   };
-  struct Override {             ///< a per-layer rule (extra_config, dynamic, config_groups)
-    std::string pattern;        ///< exact name, regex, or a target
+  struct Override {             ///< a per-layer rule (skips, extra_config, dynamic, config_groups targets)
+    std::string pattern;        ///< exact name, regex or substring, as `match` reads it
     Match match = Match::exact;
     bool skip = false;          ///< leaves the layer unquantized
     LayerScheme scheme;
-    std::string origin;         ///< the config key, for reasons
+    std::string origin;         ///< what the rule is in the config, for reasons ("'visual' in quantization_config.ignore")
   };
 
-  /// What a format unit reads from a quantization_config (core/src/formats/unit.h).
+  /// What a format unit reads from a quantization_config (core/src/formats/unit.h): rules in
+  /// format-neutral terms, applied by scheme_for in this order.
   struct Rules {
     Format format = Format::unknown;
     std::string summary = "not quantized";
     LayerScheme base;                         ///< the default of quantized layers
     bool has_base = false;
-    std::vector<std::string> not_converted;   ///< name substrings left unquantized (AWQ modules_to_not_convert)
-    std::vector<std::string> ignore;          ///< names or "re:" patterns left unquantized (compressed-tensors)
-    std::vector<std::string> block_prefixes;  ///< only layers inside these are quantized (AutoRound)
+    std::string unsupported;                  ///< set when the whole config is one nibble does not run
+    /// 1. Layers left unquantized by name (AWQ modules_to_not_convert, compressed-tensors ignore):
+    /// the first match, its origin the reason.
+    std::vector<Override> skips;
+    /// 2. Where set, layers are quantized only through these (compressed-tensors config_groups
+    /// targets): the first that matches by name, else the first class-wide one (Match::every).
+    std::vector<Override> targets;
+    bool by_targets = false;
+    std::string targets_origin;               ///< the reason where none matches
+    /// 3. lm_head is quantized only where the config says so; the reason otherwise.
     bool quantize_lm_head = false;
-    /// Per-layer replacements of base, in the config's order: the first that matches decides (a
+    std::string lm_head_reason = "lm_head is not quantized: the config does not quantize it";
+    /// 4. Where set, only layers inside these blocks are quantized (AutoRound block_name_to_quantize).
+    std::vector<std::string> block_prefixes;
+    std::string blocks_origin;
+    /// 5. Per-layer replacements of base, in the config's order: the first that matches decides (a
     /// skip included), after any whose pattern equals the name where exact_first.
     std::vector<Override> overrides;
     bool exact_first = false;                 ///< AutoRound: a key equal to the name beats every regex
-    std::vector<Override> targets;            ///< compressed-tensors config_groups targets: the first match decides
-    bool by_targets = false;                  ///< layers are quantized only through `targets`
-    std::string unsupported;                  ///< set when the whole config is one nibble does not run
   };
 
  private:

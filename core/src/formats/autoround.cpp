@@ -41,6 +41,7 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   if (const std::string why = bits_reason(s.bits, widths_of(s.packing), qc + ".bits", packing_label); !why.empty())
     s.kind = LayerScheme::Kind::unsupported, s.reason = why;
   r.block_prefixes = get_list(q, "block_name_to_quantize", origin);
+  r.blocks_origin = "quantization_config.block_name_to_quantize";
   if (auto ec = q.find("extra_config"); ec != q.end() && !ec->is_null()) {
     if (!ec->is_object()) config_error(origin, fmt::format("quantization_config.extra_config: expected an object, found {}", printable_json(*ec)));
     // As vLLM reads it: a key equal to the layer's name decides; else, in the file's order, the

@@ -119,7 +119,16 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
                                 "gemv and gemv_fast pack weights differently", printable(version));
   if (const std::string why = bits_reason(s.bits, {4}, "quantization_config.bits", "AWQ"); !why.empty())
     s.kind = LayerScheme::Kind::unsupported, s.reason = why;
-  r.not_converted = get_list(q, "modules_to_not_convert", origin);
+  // As AutoAWQ and vLLM skip them: any layer whose name contains an entry.
+  for (const auto& m : get_list(q, "modules_to_not_convert", origin)) {
+    QuantConfig::Override o;
+    o.pattern = m;
+    o.match = QuantConfig::Match::substring;
+    o.skip = true;
+    o.origin = fmt::format("'{}' in quantization_config.modules_to_not_convert", printable(m));
+    r.skips.push_back(o);
+  }
+  r.lm_head_reason = "lm_head is not quantized: AWQ leaves it in 16 bits";
   r.format = Format::awq;
   r.base = s;
   r.has_base = true;
@@ -135,7 +144,7 @@ nlohmann::ordered_json write_config(const QuantizeOptions& o, const WriterVarian
 }  // namespace
 
 const FormatUnit& awq_format() {
-  static const PackingUnit packing{Packing::awq_gemm, "qweight", "scales", {"qweight", "qzeros", "scales"}, {4}, 0, describe, read, write, lint};
+  static const PackingUnit packing{Packing::awq_gemm, "qweight", "scales", {"qweight", "qzeros", "scales"}, {4}, 0, false, describe, read, write, lint};
   static const FormatUnit unit{"awq", {"awq"}, parse_config, {&packing}, {{"awq", Packing::awq_gemm, write_config}}};
   return unit;
 }

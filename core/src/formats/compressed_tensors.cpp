@@ -127,6 +127,24 @@ std::vector<std::pair<std::string, Tensor>> write(const CanonicalLinear& w, Pack
 
 std::vector<Finding> lint(const LayerTensors&, const LayerScheme&, const LinearSpec&) { return {}; }
 
+// A name rule of ignore or targets: "re:" + regex, a class name (Linear, *.Linear, LinearBase), or
+// a layer name.
+QuantConfig::Override name_rule(const std::string& entry, const std::string& origin, const std::string& key) {
+  QuantConfig::Override o;
+  if (entry.starts_with("re:")) {
+    o.pattern = entry.substr(3);
+    o.match = QuantConfig::Match::prefix;
+    check_pattern(o.pattern, origin, key);
+  } else if (entry == "Linear" || entry.ends_with(".Linear") || entry == "LinearBase") {
+    o.pattern = entry;
+    o.match = QuantConfig::Match::every;
+  } else {
+    o.pattern = entry;
+    o.match = QuantConfig::Match::exact;
+  }
+  return o;
+}
+
 void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   LayerScheme s;
   s.kind = LayerScheme::Kind::quantized;
@@ -135,9 +153,16 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   r.format = Format::compressed_tensors;
   r.by_targets = true;
   const std::string top_format = get_str(q, {"format"}, "", origin);
-  r.ignore = get_list(q, "ignore", origin);
-  for (const auto& m : r.ignore)
-    if (m.starts_with("re:")) check_pattern(m.substr(3), origin, fmt::format("quantization_config.ignore entry '{}'", printable(m)));
+  // ignore and targets as compressed-tensors and vLLM match them: "re:" entries by re.match (at
+  // the start of the name), others by equality; a class target ("Linear") takes every layer but
+  // lm_head, and only where no target names the layer.
+  for (const auto& m : get_list(q, "ignore", origin)) {
+    QuantConfig::Override o = name_rule(m, origin, fmt::format("quantization_config.ignore entry '{}'", printable(m)));
+    o.skip = true;
+    o.origin = fmt::format("'{}' in quantization_config.ignore", printable(m));
+    r.skips.push_back(o);
+  }
+  r.targets_origin = "matches no target of quantization_config.config_groups";
   auto groups = q.find("config_groups");
   if (groups == q.end() || !groups->is_object() || groups->empty()) config_error(origin, "quantization_config: missing 'config_groups'");
   for (const auto& [gname, g] : groups->items()) {
@@ -177,9 +202,10 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
     auto targets = get_list(g, "targets", origin, where);
     if (targets.empty()) config_error(origin, fmt::format("{}.targets: empty", where));
     for (const auto& target : targets) {
-      if (target.starts_with("re:")) check_pattern(target.substr(3), origin, fmt::format("{}.targets entry '{}'", where, printable(target)));
       QuantConfig::Override ot = o;
-      ot.pattern = target;
+      const QuantConfig::Override rule = name_rule(target, origin, fmt::format("{}.targets entry '{}'", where, printable(target)));
+      ot.pattern = rule.pattern;
+      ot.match = rule.match;
       r.targets.push_back(ot);
     }
   }
@@ -214,6 +240,7 @@ const FormatUnit& compressed_tensors_format() {
                                    {"weight_packed", "weight_shape", "weight_scale", "weight_zero_point", "weight_g_idx"},
                                    {4, 8},
                                    0,
+                                   true,
                                    describe,
                                    read,
                                    write,

@@ -184,9 +184,9 @@ std::vector<Finding> lint(const LayerTensors& t, const LayerScheme& sc, const Li
 }
 
 const PackingUnit& packing(Packing p) {
-  static const PackingUnit v1{Packing::gptq_v1, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 1,
+  static const PackingUnit v1{Packing::gptq_v1, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 1, true,
                               describe, read, write, lint};
-  static const PackingUnit v2{Packing::gptq_v2, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 0,
+  static const PackingUnit v2{Packing::gptq_v2, "qweight", "scales", {"qweight", "qzeros", "scales", "g_idx"}, {2, 3, 4, 8}, 0, true,
                               describe, read, write, lint};
   return p == Packing::gptq_v1 ? v1 : v2;
 }
@@ -217,6 +217,7 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   if (const std::string why = bits_reason(s.bits, kWidths, "quantization_config.bits", "GPTQ"); !why.empty())
     s.kind = LayerScheme::Kind::unsupported, s.reason = why;
   r.quantize_lm_head = get_bool(q, {"lm_head"}, false, origin);
+  r.lm_head_reason = "lm_head is not quantized (quantization_config.lm_head is false)";
   // GPTQModel "dynamic": {"-:regex": {}} skips layers; "+:regex" or "regex": {bits, group_size, ...}.
   // As GPTQModel and vLLM read it: in the file's order, the first rule whose regex matches at the
   // start of the name (re.match) decides, a skip or its overrides (keys it lacks: the base's).

@@ -99,6 +99,7 @@ struct PackingUnit {
   std::vector<std::string> suffixes;  ///< every tensor a layer of it may have (primary included; bias not)
   std::vector<int> widths;            ///< the bit widths it stores
   int min_zero;                       ///< the smallest zero point it can store (GPTQ v1: 1, as it stores z - 1)
+  bool act_order;                     ///< it stores a g_idx (act order)
   /// The layer's spec from the tensor headers (and the small index tensors: g_idx, weight_shape),
   /// every header checked against the scheme. act_dtype is left to the caller.
   LinearSpec (*describe)(const LayerTensors&, const LayerScheme&);
