@@ -118,6 +118,12 @@ for fx in sorted(os.listdir(FIX)):
     p = run(["verify", "--model", d, "--reference", os.path.join(d, "reference.safetensors"), "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
     ok = p.returncode == 0 and all(l["ok"] and l["codes_mismatched"] == 0 for l in json.loads(p.stdout)["layers"])
     check(ok, f"verify {fx}", p)
+    # What explain decides is what run does, layer by layer (one spec per layer).
+    e = run(["explain", "--model", d, "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+    r = run(["run", "--model", d, "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR)
+    said = {l["name"]: (l["status"], l.get("selection", {}).get("winner")) for l in json.loads(e.stdout)["layers"]} if e.returncode == 0 else {}
+    did = {l["name"]: (l["status"], l.get("backend")) for l in json.loads(r.stdout)["layers"]} if r.returncode == 0 else None
+    check(said and said == did and any(w for _, w in said.values()), f"explain and run agree on every layer of {fx}", r)
 p = run(["verify", "--model", os.path.join(FIX, "gptq_v1_sym_g128"), "--reference",
          os.path.join(FIX, "ct_pack_sym_g128", "reference.safetensors")], NIBBLE_PLUGIN_PATH=CPU_DIR)
 check(p.returncode != 0 and "MISMATCH" in p.stdout, "verify against another model's reference fails", p)
