@@ -11,8 +11,9 @@
 #      kernels, no local memory in any)
 #   2. in parallel: test_conformance with every kernel of the plan's table forced
 #      (NIBBLE_CUDA_KERNEL + NIBBLE_TEST_REQUIRE_KERNEL) and with the automatic choice (PDL on and
-#      off), rocm_w4a16_on_cuda's conformance, tests/test_cuda_graph (apply in CUDA graphs), and
-#      `nibble verify --backend cuda_w4a16` on every fixture
+#      off), rocm_w4a16_on_cuda's conformance, tests/test_cuda_graph (apply in CUDA graphs),
+#      `nibble verify --backend cuda_w4a16` on every fixture and `--backend rocm_w4a16_on_cuda`
+#      on the 4- and 8-bit ones (the widths rocm_w4a16 declares)
 #   3. nibble bench --backend cuda_w4a16 --shapes llama3-8b,llama3-70b --m 1,...,4096, fp16 and bf16,
 #      JSON with the kernel of every point and the dense cuBLAS baseline
 #   4. bench_kernels --check (every kernel against cuBLAS on dequantized weights, odd M) and
@@ -115,6 +116,16 @@ for f in tests/data/fixtures/*/; do
      --reference "$f/reference.safetensors" > "$TMP/fix.$n" 2>&1
    echo "exit=$?" >> "$TMP/fix.$n") &
 done
+# The ROCm kernels (built for CUDA) on the fixtures of the widths rocm_w4a16 declares (4 and 8 bits;
+# a fixture with a 2- or 3-bit layer is left to the backends that run it).
+for f in tests/data/fixtures/*/; do
+  n=$(basename "$f")
+  widths=$(grep -o '"bits": *[0-9]*' "$f/meta.json" | grep -o '[0-9]*$' | sort -u | tr '\n' ' ')
+  [ -z "$(echo "$widths" | tr ' ' '\n' | grep -vE '^(4|8)?$')" ] || continue
+  (NIBBLE_PLUGIN_PATH=$R timeout 200 "$NIBBLE" verify --backend rocm_w4a16_on_cuda --model "$f" \
+     --reference "$f/reference.safetensors" > "$TMP/rfix.$n" 2>&1
+   echo "exit=$?" >> "$TMP/rfix.$n") &
+done
 wait
 {
   for f in "$TMP"/conf.*; do
@@ -122,6 +133,7 @@ wait
     grep -E "seed|cases checked|SKIP|ERROR|FAIL|out of tolerance|declined|exit=|Status|assertions" "$f" | head -40
   done
   for f in "$TMP"/fix.*; do echo "== fixture ${f##*/fix.}"; tail -3 "$f"; done
+  for f in "$TMP"/rfix.*; do echo "== fixture on rocm_w4a16_on_cuda ${f##*/rfix.}"; tail -3 "$f"; done
 } > "$OUT/conformance.log"
 say "-- conformance (conformance.log):"
 for f in "$TMP"/conf.*; do
@@ -131,6 +143,10 @@ nfix=$(ls "$TMP"/fix.* | wc -l)
 okfix=$(grep -l "exit=0" "$TMP"/fix.* | wc -l)
 say "-- fixtures through nibble verify --backend cuda_w4a16: $okfix of $nfix exit 0"
 grep -L "exit=0" "$TMP"/fix.* 2>/dev/null | sed 's/.*fix\./   failed: /' | tee -a "$S"
+nrfix=$(ls "$TMP"/rfix.* 2>/dev/null | wc -l)
+okrfix=$(grep -l "exit=0" "$TMP"/rfix.* 2>/dev/null | wc -l)
+say "-- 4- and 8-bit fixtures through nibble verify --backend rocm_w4a16_on_cuda: $okrfix of $nrfix exit 0"
+grep -L "exit=0" "$TMP"/rfix.* 2>/dev/null | sed 's/.*rfix\./   failed: /' | tee -a "$S"
 if [ "${GPU_CHECK_ONLY:-0}" = 1 ]; then say "== correctness only (GPU_CHECK_ONLY=1): done in $((SECONDS - T0)) s"; exit 0; fi
 
 # 3. nibble bench, fp16 and bf16 (the GPU to itself from here on).
