@@ -185,6 +185,23 @@ TEST_CASE("per-layer rules match as the formats' loaders match them: file order,
   // A plain name is a name, not a pattern: it neither searches nor matches by '.'.
   CHECK(ar(R"({"layers.3.mlp.down_proj": {"bits": 8}})", down).bits == 4);
   CHECK(ar(R"({"model.layers.3.mlp.down_proj": {"bits": 8}})", "model.layers.3.mlp.down_projection").bits == 4);
+  // An exact key, or a regex key that sets bits, quantizes lm_head and layers outside
+  // block_name_to_quantize too; a regex key without bits leaves them out (vLLM's get_layer_config).
+  const auto scoped = [](const std::string& extra, const std::string& layer) {
+    return QuantConfig::parse(R"({"quantization_config": {"quant_method": "auto-round", "packing_format": "auto_round:auto_gptq",
+                                   "bits": 4, "group_size": 128, "sym": true, "block_name_to_quantize": "model.layers",
+                                   "extra_config": )" + extra + "}}",
+                              "c.json")
+        .scheme_for(layer);
+  };
+  CHECK(scoped(R"({"lm_head": {"bits": 8}})", "lm_head").kind == LayerScheme::Kind::quantized);
+  CHECK(scoped(R"({"lm_head": {"bits": 8}})", "lm_head").bits == 8);
+  CHECK(scoped(R"({".*head": {"bits": 8}})", "lm_head").bits == 8);
+  CHECK(scoped(R"({".*head": {"group_size": 32}})", "lm_head").kind == LayerScheme::Kind::unquantized);
+  CHECK(scoped(R"({".*proj": {"bits": 8}})", "model.vision.proj").bits == 8);
+  CHECK(scoped(R"({".*proj": {"sym": false}})", "model.vision.proj").kind == LayerScheme::Kind::unquantized);
+  CHECK(scoped(R"({".*proj": {"sym": false}})", down).symmetric == false);
+  CHECK(scoped("{}", "lm_head").kind == LayerScheme::Kind::unquantized);
 
   // compressed-tensors (vLLM's find_matched_target): a target naming the layer beats a class
   // target ("Linear") whatever their order; "re:" entries match at the start of the name.
@@ -205,9 +222,26 @@ TEST_CASE("per-layer rules match as the formats' loaders match them: file order,
   CHECK(ct(mixed, "[]", "lm_head").kind == LayerScheme::Kind::unquantized);
   CHECK(ct("{" + group("group_0", 8, R"(["re:model\\.layers\\.3"])") + "}", "[]", down).bits == 8);  // re.match: a prefix
   CHECK(ct("{" + group("group_0", 8, R"(["re:layers\\.3"])") + "}", "[]", down).kind == LayerScheme::Kind::unquantized);
+  CHECK(ct(mixed, R"(["Linear"])", up).bits == 4);  // ignore matches names only: a class name is none
   const LayerScheme ig = ct(mixed, R"(["re:.*up_proj"])", up);
   CHECK(ig.kind == LayerScheme::Kind::unquantized);
   CHECK(contains(ig.reason, "matches 're:.*up_proj' in quantization_config.ignore"));
+}
+
+TEST_CASE("a config with 200k extra_config keys is read in file order (no quadratic parse)") {
+  // nlohmann's own ordered parse searches every object for a duplicate key on each insert; at
+  // 200k keys that would run for minutes (past the test's timeout), the hash-indexed build does not.
+  std::string extra;
+  for (int i = 199999; i >= 0; --i)
+    extra += fmt::format("{}\"model.layers.{}.mlp.experts.{}.down_proj\": {{\"bits\": {}}}", extra.empty() ? "" : ", ",
+                         i / 1000, i % 1000, i % 2 ? 8 : 2);
+  extra += R"(, "model.layers.7.mlp.experts.7.down_proj": {"bits": 4})";  // a duplicate: the last value
+  const QuantConfig c = QuantConfig::parse(R"({"quantization_config": {"quant_method": "auto-round", "bits": 4,
+    "group_size": 128, "sym": true, "packing_format": "auto_round:auto_gptq", "extra_config": {)" + extra + "}}}",
+                                           "c.json");
+  CHECK(c.scheme_for("model.layers.3.mlp.experts.5.down_proj").bits == 8);
+  CHECK(c.scheme_for("model.layers.3.mlp.experts.6.down_proj").bits == 2);
+  CHECK(c.scheme_for("model.layers.7.mlp.experts.7.down_proj").bits == 4);
 }
 
 TEST_CASE("widths a format does not have, and widths the tensors contradict, are refused by name") {
@@ -332,6 +366,7 @@ TEST_CASE("lint: what the tensors say about themselves") {
   {  // every scale zero; non-finite scales (a finding of their own and canonicalize's refusal)
     TempDir t, u;
     Tensor zero = src->get(kLayer + ".scales").clone(), nan = zero.clone();
+    REQUIRE(zero.dtype() == DType::f16);  // the bit patterns below are f16's
     std::fill_n(zero.mutable_data_as<uint16_t>(), zero.numel(), uint16_t(0));
     CHECK(tensor_of(rewrite(t, "gptq_v1_sym_g128", {{kLayer + ".scales", zero}}), "every scale is zero") ==
           kLayer + ".scales");
@@ -377,7 +412,9 @@ TEST_CASE("lint: what the tensors say about themselves") {
     sc.mutable_data_as<uint16_t>()[0] = 0x7e00;  // NaN
     sc.mutable_data_as<uint16_t>()[1] = 0;
     const std::string f = findings(rewrite(t, "gptq_v1_sym_g128", {{kLayer + ".scales", sc}}));
-    CHECK(contains(f, "expected finite scales"));
+    CHECK(contains(f, "1 non-finite scale(s) of 1024, the first at [0, 0] of [4, 256]: the layer cannot load"));
+    CHECK(contains(f, "1 of 1024 scales are zero"));
+    CHECK(!contains(f, "expected finite scales"));  // one finding, not canonicalize's refusal again
   }
   {
     TempDir t;

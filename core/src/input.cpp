@@ -1,6 +1,9 @@
 // Bounded, checked reading of untrusted files and documents (input.h).
 #include "input.h"
 
+#include <unordered_map>
+#include <vector>
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -98,13 +101,93 @@ nlohmann::json parse_json(std::string_view text, const std::string& origin, int 
   }
 }
 
+namespace {
+
+// Builds an ordered_json from SAX events in time linear in the text: nlohmann's own parser inserts
+// each key of an ordered_json object with a linear search for a duplicate (quadratic in the keys:
+// an AutoRound MoE config has tens of thousands of extra_config keys). Here each open object keeps
+// a hash index of its keys while it is built. A key given twice keeps its first position and its
+// last value, as Python's json does. Open containers stay in place while their children are built
+// (a parent gains its next element only after the child closes), so the pointers on the stack hold.
+class OrderedBuilder : public nlohmann::json_sax<nlohmann::ordered_json> {
+ public:
+  using J = nlohmann::ordered_json;
+  J root;
+
+  bool null() override { return put(J(nullptr)); }
+  bool boolean(bool v) override { return put(J(v)); }
+  bool number_integer(number_integer_t v) override { return put(J(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return put(J(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return put(J(v)); }
+  bool string(string_t& v) override { return put(J(std::move(v))); }
+  bool binary(binary_t& v) override { return put(J::binary(std::move(v))); }
+  bool start_object(std::size_t) override { return open(J::object()); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(J::array()); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error_ = e.what();
+    return false;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct Open {
+    J* value;
+    std::unordered_map<std::string, std::size_t> index;  // objects: key -> position
+  };
+  std::vector<Open> stack_;
+  std::string key_, error_;
+
+  J* place(J&& v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    Open& top = stack_.back();
+    if (top.value->is_array()) {
+      auto& a = top.value->get_ref<J::array_t&>();
+      a.push_back(std::move(v));
+      return &a.back();
+    }
+    auto& o = top.value->get_ref<J::object_t&>();
+    const auto [it, fresh] = top.index.emplace(key_, o.size());
+    if (!fresh) {
+      (o.begin() + std::ptrdiff_t(it->second))->second = std::move(v);
+      return &(o.begin() + std::ptrdiff_t(it->second))->second;
+    }
+    o.Container::emplace_back(key_, std::move(v));
+    return &o.back().second;
+  }
+  bool put(J&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(J&& v) {
+    stack_.push_back({place(std::move(v)), {}});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+};
+
+}  // namespace
+
 nlohmann::ordered_json parse_json_ordered(std::string_view text, const std::string& origin, int max_depth) {
   check_json_depth(text, origin, max_depth);
+  OrderedBuilder b;
   try {
-    return nlohmann::ordered_json::parse(text.begin(), text.end());
+    if (nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &b)) return std::move(b.root);
   } catch (const nlohmann::ordered_json::exception& e) {
     throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, printable(std::string_view(e.what()))));
   }
+  throw Error(Errc::format, fmt::format("{}: not valid JSON: {}", origin, printable(std::string_view(b.error()))));
 }
 
 std::string printable(std::string_view s, std::size_t max) {

@@ -84,6 +84,26 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
     un.reason = r.targets_origin;
     return un;
   }
+  // The override that decides, if any: a key equal to the name first where exact_first, else the
+  // first in order that matches.
+  const QuantConfig::Override* hit = nullptr;
+  bool exact = false;
+  if (r.exact_first)
+    for (const auto& o : r.overrides)
+      if (o.pattern == name) {
+        hit = &o, exact = true;
+        break;
+      }
+  for (const auto& o : r.overrides)
+    if (!hit && rule_matches(o, name)) hit = &o;
+  const auto decided = [&](const QuantConfig::Override& o) {
+    if (!o.skip) return o.scheme;
+    un.reason = fmt::format("{} leaves it unquantized", o.origin);
+    return un;
+  };
+  // Where the overrides reach past the scope rules, an exact key, or a matching one that sets the
+  // width, decides for lm_head and layers outside the blocks too.
+  if (hit && r.overrides_past_scope && (exact || hit->sets_bits)) return decided(*hit);
   if (is_lm_head(name) && !r.quantize_lm_head) {
     un.reason = r.lm_head_reason;
     return un;
@@ -97,21 +117,7 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
       return un;
     }
   }
-  const QuantConfig::Override* hit = nullptr;
-  if (r.exact_first)
-    for (const auto& o : r.overrides)
-      if (o.pattern == name) {
-        hit = &o;
-        break;
-      }
-  for (const auto& o : r.overrides)
-    if (!hit && rule_matches(o, name)) hit = &o;
-  if (!hit) return r.base;
-  if (hit->skip) {
-    un.reason = fmt::format("{} leaves it unquantized", hit->origin);
-    return un;
-  }
-  return hit->scheme;
+  return hit ? decided(*hit) : r.base;
 }
 
 }  // namespace nibble

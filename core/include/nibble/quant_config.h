@@ -62,6 +62,7 @@ class QuantConfig {
     std::string pattern;        ///< exact name, regex or substring, as `match` reads it
     Match match = Match::exact;
     bool skip = false;          ///< leaves the layer unquantized
+    bool sets_bits = false;     ///< the rule gives the width itself (not only group size or symmetry)
     LayerScheme scheme;
     std::string origin;         ///< what the rule is in the config, for reasons ("'visual' in quantization_config.ignore")
   };
@@ -82,7 +83,8 @@ class QuantConfig {
     std::vector<Override> targets;
     bool by_targets = false;
     std::string targets_origin;               ///< the reason where none matches
-    /// 3. lm_head is quantized only where the config says so; the reason otherwise.
+    /// 3. lm_head is quantized only where the config says so (or an override reaching past the
+    /// scope rules names it); the reason otherwise.
     bool quantize_lm_head = false;
     std::string lm_head_reason = "lm_head is not quantized: the config does not quantize it";
     /// 4. Where set, only layers inside these blocks are quantized (AutoRound block_name_to_quantize).
@@ -92,6 +94,9 @@ class QuantConfig {
     /// skip included), after any whose pattern equals the name where exact_first.
     std::vector<Override> overrides;
     bool exact_first = false;                 ///< AutoRound: a key equal to the name beats every regex
+    /// AutoRound (vLLM's get_layer_config): an override whose key equals the name, or a matching
+    /// one that sets bits, decides before rules 3 and 4 (lm_head and layers outside the blocks).
+    bool overrides_past_scope = false;
   };
 
  private:

@@ -46,8 +46,10 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
     if (!ec->is_object()) config_error(origin, fmt::format("quantization_config.extra_config: expected an object, found {}", printable_json(*ec)));
     // As vLLM reads it: a key equal to the layer's name decides; else, in the file's order, the
     // first key with a regex character (one of * + ? ^ $ ( ) [ ] { } | or a backslash; a plain
-    // name is never a regex) that matches somewhere in the name (re.search).
+    // name is never a regex) that matches somewhere in the name (re.search). An exact key, or a
+    // matching one that sets bits, also quantizes lm_head and layers outside block_name_to_quantize.
     r.exact_first = true;
+    r.overrides_past_scope = true;
     for (const auto& [key, val] : ec->items()) {
       QuantConfig::Override o;
       o.pattern = key;
@@ -60,6 +62,7 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
       o.scheme.kind = LayerScheme::Kind::quantized;
       o.scheme.reason.clear();
       o.scheme.bits = get_int(val, {"bits"}, s.bits, origin, o.origin, 1, 64);
+      o.sets_bits = val.contains("bits");
       o.scheme.group_size = get_group_size(val, {"group_size"}, s.group_size, origin, o.origin);
       o.scheme.symmetric = get_bool(val, {"sym"}, s.symmetric, origin, o.origin);
       o.scheme.origin = o.origin + ".bits";

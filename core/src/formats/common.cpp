@@ -231,16 +231,17 @@ std::vector<LintFinding> lint_layer(const std::string& name, const LayerScheme& 
     }
     return true;
   };
-  const detail::PackingUnit& unit = detail::packing_unit(scheme.packing);
   detail::LayerTensors t{name, tensors};
   LinearSpec spec;
   if (refused([&] { spec = describe_layer(name, scheme, tensors, act_dtype); })) return out;
+  const detail::PackingUnit& unit = detail::packing_unit(scheme.packing);  // describe_layer found it
   refused([&] {
     for (auto& f : unit.lint(t, scheme, spec)) add(f.tensor, f.what);
   });
   // Scales, as stored (describe checked their shape): zero ones zero their whole group; non-finite
-  // ones poison every output, and canonicalize refuses them (a second finding, below). Positions
-  // are the tensor's own coordinates, whatever its orientation.
+  // ones poison every output, and the layer cannot load (canonicalize refuses it: not run again).
+  // Positions are the tensor's own coordinates, whatever its orientation.
+  bool loads = true;
   refused([&] {
     const Tensor sc = t.data(unit.scales);
     const int64_t ns = sc.numel(), cols = sc.ndim() == 2 ? sc.dim(1) : std::max<int64_t>(1, ns);
@@ -252,13 +253,14 @@ std::vector<LintFinding> lint_layer(const std::string& name, const LayerScheme& 
     }
     const std::string scales = t.name(unit.scales);
     if (bad)
-      add(scales, fmt::format("{} non-finite scale(s) of {}, the first at [{}, {}] of {}", bad, ns, first_bad / cols,
-                              first_bad % cols, shape_str(sc.shape())));
+      add(scales, fmt::format("{} non-finite scale(s) of {}, the first at [{}, {}] of {}: the layer cannot load", bad,
+                              ns, first_bad / cols, first_bad % cols, shape_str(sc.shape())));
+    loads = !bad;
     if (ns && zero == ns) add(scales, "every scale is zero: the layer's weights are all zero");
     else if (zero) add(scales, fmt::format("{} of {} scales are zero", zero, ns));
   });
   CanonicalLinear w;
-  if (refused([&] { w = canonicalize(scheme, tensors, spec); })) return out;
+  if (!loads || refused([&] { w = canonicalize(scheme, tensors, spec); })) return out;
   // Codes: a range that leaves half of the levels or more unused suggests another bit width.
   const int levels = 1 << spec.bits;
   std::vector<int64_t> hist(std::size_t(levels), 0);

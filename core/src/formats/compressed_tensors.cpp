@@ -127,15 +127,16 @@ std::vector<std::pair<std::string, Tensor>> write(const CanonicalLinear& w, Pack
 
 std::vector<Finding> lint(const LayerTensors&, const LayerScheme&, const LinearSpec&) { return {}; }
 
-// A name rule of ignore or targets: "re:" + regex, a class name (Linear, *.Linear, LinearBase), or
-// a layer name.
-QuantConfig::Override name_rule(const std::string& entry, const std::string& origin, const std::string& key) {
+// A name rule of ignore or targets: "re:" + regex, a layer name, or (targets only, `classes`) a class
+// name (Linear, *.Linear, LinearBase); vLLM matches ignore entries by name alone.
+QuantConfig::Override name_rule(const std::string& entry, const std::string& origin, const std::string& key,
+                                bool classes) {
   QuantConfig::Override o;
   if (entry.starts_with("re:")) {
     o.pattern = entry.substr(3);
     o.match = QuantConfig::Match::prefix;
     check_pattern(o.pattern, origin, key);
-  } else if (entry == "Linear" || entry.ends_with(".Linear") || entry == "LinearBase") {
+  } else if (classes && (entry == "Linear" || entry.ends_with(".Linear") || entry == "LinearBase")) {
     o.pattern = entry;
     o.match = QuantConfig::Match::every;
   } else {
@@ -157,7 +158,8 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
   // the start of the name), others by equality; a class target ("Linear") takes every layer but
   // lm_head, and only where no target names the layer.
   for (const auto& m : get_list(q, "ignore", origin)) {
-    QuantConfig::Override o = name_rule(m, origin, fmt::format("quantization_config.ignore entry '{}'", printable(m)));
+    QuantConfig::Override o =
+        name_rule(m, origin, fmt::format("quantization_config.ignore entry '{}'", printable(m)), false);
     o.skip = true;
     o.origin = fmt::format("'{}' in quantization_config.ignore", printable(m));
     r.skips.push_back(o);
@@ -203,7 +205,8 @@ void parse_config(const json& q, const std::string& origin, ConfigRules& r) {
     if (targets.empty()) config_error(origin, fmt::format("{}.targets: empty", where));
     for (const auto& target : targets) {
       QuantConfig::Override ot = o;
-      const QuantConfig::Override rule = name_rule(target, origin, fmt::format("{}.targets entry '{}'", where, printable(target)));
+      const QuantConfig::Override rule =
+          name_rule(target, origin, fmt::format("{}.targets entry '{}'", where, printable(target)), true);
       ot.pattern = rule.pattern;
       ot.match = rule.match;
       r.targets.push_back(ot);
