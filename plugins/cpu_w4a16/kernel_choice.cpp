@@ -74,13 +74,12 @@ bool cpu_has_amx_bf16() {
 // 8-bit layer's bytes as codes (XForm::kF32Bytes, kInt8Bytes) instead of its nibble rows:
 // fused-avx512, fused-avx2 and dot-avx512vnni (dot-avx2's vpmaddubsw would saturate: 2 x 255 x
 // 127 > 2^15; fused-portable and the GEMM forms read nibble rows).
-// prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it ran 1.5-1.9x faster than
-// fused-avx2 from M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
-// prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host, fused-avx512 took
-// 1.25-2.0x gemm-amx's time at M = 8 (two runs of one build whose calibrations from cache put
-// the crossover at 16 and at 8), and 1.07-1.42x at M = 6 on all 8 llama layers at 2, 4 and 16
-// threads, while at M = 4 the two tied (0.92-1.21x; docs/benchmarks.md, "Kernel choice on each
-// CPU" and "gemm-amx from M = 6").
+// prior_from of gemm-avx2, 0 (calibrated only): on a Zen 3 it was faster than fused-avx2 from
+// M = 3 on, from memory as in cache (docs/benchmarks.md, "gemm-avx2").
+// prior_from of gemm-amx, 6: streaming from memory on the AMX Xeon host it was faster than
+// fused-avx512 from M = 6 on every llama layer at 2, 4 and 16 threads, where the calibrations
+// from cache put the crossover anywhere from 8 to 16, and tied at M = 4 (docs/benchmarks.md,
+// "Kernel choice on each CPU" and "gemm-amx from M = 6").
 // prior_from of the dot forms, 0 (calibrated only): new, not yet measured streaming from memory.
 constexpr XKind kF32 = XKind::kF32, kBf16 = XKind::kBf16, kInt8 = XKind::kInt8;
 const KernelForm kKernelForms[] = {
@@ -114,8 +113,8 @@ const Family kFamilies[] = {
 // a shared machine hits them alike. The largest M stands for every M above it.
 constexpr int64_t kCalK = 4096, kCalN = 128, kCalG = 128;
 // 6: gemm-amx's prior crossover; 3: where gemm-avx2 (6 rows) overtakes fused-avx2 (3 rows) on a
-// Zen 3 (1.9x faster there from memory, a tie at M = 2). Every CPU calibrates every M here: 3
-// added about 1/9 to the calibration's 20-40 ms.
+// Zen 3 (docs/benchmarks.md, "gemm-avx2"). Every CPU calibrates every M here; 3 costs little of
+// the calibration's time.
 constexpr int64_t kCalMs[] = {1, 2, 3, 4, 6, 8, 16, 32, 64};
 constexpr int kReps = 4;
 
@@ -259,9 +258,9 @@ KernelPlan make_plan(int32_t act_dtype, bool bits8) {
   }
   // Portable code is the last resort, AVX2 code is never faster than the same kernel on AVX-512
   // (which takes twice the columns per instruction; for the GEMM form, an AVX-512 instance of it
-  // tied or lost to fused-avx512 on the Xeon host, docs/benchmarks.md "gemm-avx2"), the AVX-512 BF16 GEMM form never beats
-  // AMX's tiles where they run (the AMX Xeon host's calibration: 1.8x slower at M = 64, never
-  // faster from M = 4 on): not worth calibrating.
+  // tied or lost to fused-avx512 on the Xeon host, docs/benchmarks.md "gemm-avx2"), the AVX-512
+  // BF16 GEMM form never beats AMX's tiles where they run (the AMX Xeon host's calibrations): not
+  // worth calibrating.
   const auto drop = [&](FusedKernel fn, FusedKernel unless_absent) {
     const bool other = std::any_of(candidates.begin(), candidates.end(),
                                    [&](const KernelForm* f) { return f->fn == unless_absent; });
@@ -450,10 +449,9 @@ const char* prefetch_name(Prefetch p) {
 }
 
 // NIBBLE_CPU_PREFETCH where set (the probe has validated it), else by vendor, as measured
-// (docs/benchmarks.md, "Prefetch hints"): prefetcht0 on Intel (the AMX Xeon host: 2-2.6x faster
-// than prefetchnta for the AMX form at M = 8, 1.1-1.4x at M = 32, about 1.08x for the one-tile form
-// at M = 1), prefetchnta elsewhere (the Zen 5: +7-15% over prefetcht0 at M = 1-2 in its low
-// bandwidth state, kernel_fused_impl.h).
+// (docs/benchmarks.md, "Prefetch hints"): prefetcht0 on Intel (on the AMX Xeon host far faster
+// than prefetchnta for the AMX form at M = 8-32, a little for the one-tile form at M = 1),
+// prefetchnta elsewhere (faster on the Zen 5 at M = 1-2 in its low bandwidth state).
 Prefetch stream_prefetch() {
   static const Prefetch p = [] {
     const char* env = std::getenv("NIBBLE_CPU_PREFETCH");

@@ -96,17 +96,14 @@ struct OnednnCpu {
   bool avx2_only = false;  ///< AVX2 and FMA, no AVX-512 F
   static const OnednnCpu& this_cpu();
 };
-/// The crossovers, measured (docs/benchmarks.md). The bf16 brgemm on AMX tiles (bf16 activations;
-/// a Sapphire Rapids host, 2 threads) won over the avx512bf16 GEMM form from M = 256 on the large
-/// layers and from 1024 on all. Without AMX but with AVX-512 BF16 (a Zen 5, 2 threads) the fused
-/// avx512bf16 kernel ran 1.4-1.6x the oneDNN path at M = 256, and the f32 brgemm lost to the fused
-/// kernel at every M measured: there oneDNN is never chosen. On an AVX2-only CPU oneDNN runs its
-/// f32 brgemm: against fused-avx2 (a Zen 3, 2 threads, bf16 activations, the four llama3-8b
-/// layers) it took 0.72-1.15x the time at M = 128, 0.71-0.77x at 256 and 0.54-0.69x at 512, so
-/// from M = 256 (kAvx2OnednnMinM) where the plan runs fused-avx2 there; against gemm-avx2 with its
-/// decoded operands (the same CPU, 4096x4096, 14336x4096, 4096x14336, 2 rounds in turn) it took
-/// 1.08-1.4x the time at M = 512 and 1024, so never where the plan runs gemm-avx2 at 256
-/// (docs/benchmarks.md, "gemm-avx2").
+/// The crossovers, measured (docs/benchmarks.md). The bf16 brgemm on AMX tiles (bf16 activations)
+/// won over the avx512bf16 GEMM form from M = 256 on the large layers and from 1024 on all.
+/// Without AMX but with AVX-512 BF16 (a Zen 5) the fused avx512bf16 kernel beat the oneDNN path
+/// at M = 256, and the f32 brgemm lost to the fused kernel at every M measured: there oneDNN is
+/// never chosen. On an AVX2-only CPU oneDNN runs its f32 brgemm: it beat fused-avx2 (a Zen 3) from
+/// M = 256 on, so it runs from kAvx2OnednnMinM where the plan runs fused-avx2 there; it lost to
+/// gemm-avx2 with its decoded operands at M = 512 and 1024, so never where the plan runs gemm-avx2
+/// at 256 (docs/benchmarks.md, "gemm-avx2").
 constexpr int64_t kBf16OnednnMinM = 256, kAvx2OnednnMinM = 256;
 /// The M from which the oneDNN path runs by default (INT64_MAX: never) for a layer whose oneDNN
 /// path multiplies in bf16 (`onednn_bf16`, else f32), with this plan of the fused kernels: never

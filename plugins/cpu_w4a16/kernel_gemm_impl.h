@@ -27,11 +27,10 @@ namespace nibble::cpu::gemm {
 // Internal linkage, as kernel_fused_impl.h: each ISA's file compiles its own copy.
 namespace {
 
-// The decoded variant (block_f32_decoded) from kMinDecodedBlocks blocks of rows: on a Zen 3 (gemm-avx2,
-// 6 rows, 2 threads, bf16 x) it took 0.80-0.83x the direct variant's time at M = 48 and 256
-// (4 rounds in turn), about the same at M = 12 (2 blocks) and 1.1-1.3x at M = 6 (one block: the
-// operands written and read back for nothing). K blocks of 32, 64 or 128 lines measured alike
-// within that machine's noise; 64 lines are 32 KiB of operands.
+// The decoded variant (block_f32_decoded) from kMinDecodedBlocks blocks of rows: on a Zen 3 it beat
+// the direct variant from 3 blocks of rows on, tied at 2 and lost at one (the operands written
+// and read back for nothing; docs/benchmarks.md "gemm-avx2"). K blocks of 32, 64 or 128 lines
+// measured alike; 64 lines are 32 KiB of operands.
 constexpr int64_t kDecodedLines = 64, kMinDecodedBlocks = 3;
 
 /// Block function: tiles [t, t + NT) for MB rows, segments [s0, s1); `first`: the call's first

@@ -28,8 +28,8 @@ struct GemvTile {
   static constexpr int kPitch = BN + 4;  // floats; rows 2 apart land 8 banks apart
   static constexpr int kRedFloats = BM * kPitch;  // one warp's part of the block sum
   // Blocks per SM that v1 and v2u2 are meant to fit (4: at most 128 registers, which ptxas exceeds
-  // by a few unless told: v2u2 at 131 ran 3 blocks per SM and up to 1.4x slower, docs/cuda.md
-  // "Whole batches"); 0 = no bound for the others.
+  // by a few unless told, and then fits 3 blocks per SM and runs slower: docs/cuda.md "Whole
+  // batches"); 0 = no bound for the others.
   static constexpr int kMinBlocks = (MT8 == 1 && NS == 2) || (MT8 == 2 && kU == 2) ? 4 : 0;
 };
 
@@ -106,10 +106,10 @@ struct GemvWarp {
   // be writing it, and the non-coherent path is only defined for data that is read-only for the
   // whole life of the kernel. A weak load after griddepcontrol.wait is ordered after the previous
   // grid's writes by the memory model; the wait is an asm with a memory clobber, so the compiler
-  // keeps the loads after it. On the H200 (2026-12-07, fifth session, call 1) the GEMV v1 with
-  // PDL read a stale x once through __ldg: 120 of 192 outputs wrong at M = 1 after an act-order
-  // gather. (ld.global.cg, L2 only, was the first fix: 0-9% slower at M <= 8 on an H100, the
-  // blocks of one SM no longer sharing x through L1; docs/cuda.md.)
+  // keeps the loads after it. Through __ldg the GEMV with PDL once read a stale x after an
+  // act-order gather; ld.global.cg (L2 only) also fixed it but was slower, the blocks of one SM no
+  // longer sharing x through L1 (docs/cuda.md "Outlier activations" and "The GEMV's x by plain
+  // loads").
   // B fragments of unit u (0 past m and kx, and for a unit past the warp's range: !valid).
   __device__ __forceinline__ void load_x(int u, bool valid, uint2 (&xb)[2][MT8]) const {
 #pragma unroll

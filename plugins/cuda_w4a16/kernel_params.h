@@ -49,10 +49,8 @@ struct KernelInfo {
 ///
 /// At most 128 bytes (static_assert below): nvcc 13 compiles a kernel whose by-value parameter
 /// struct is larger to read its fields through a pointer into the parameter space, and ptxas then
-/// schedules the same source differently. Measured on the H200 (2026-12-02, docs/cuda.md): with
-/// this struct at 136 bytes the GEMV kernels v2u2 and v4 ran 1.03-1.17x and 1.05-1.24x slower
-/// than the same source with a 120-byte struct (v4 held 173-183 registers instead of 228-232).
-/// Hence the narrow flags at the end.
+/// schedules the same source differently: with this struct past 128 bytes the GEMV kernels v2u2
+/// and v4 ran measurably slower (docs/cuda.md). Hence the narrow flags at the end.
 struct GemmParams {
   const void* w;            // packed units, uint4 [strips][ku][32] (layout.h)
   const void* scale_rec;    // act dtype [groups_pad][strips][8][4] (layout.h)

@@ -44,12 +44,11 @@ const int kKernelTableSize = int(sizeof kKernelTable / sizeof kKernelTable[0]);
 // clang-format off
 //   cc        M            weights (K*N)     K              N              kernel
 const ChoiceRule kChoiceRules[] = {
-    // Hopper, M = 17-256 (the H200 sweeps of 2026-12-03, docs/cuda.md "Round 3"): the wgmma
-    // kernels with their default paths (x image, weights by cp.async, the split fix-up where it
-    // pays) beat every other kernel from M = 33 on every shape and from M = 17 on layers of 32 Mi
-    // weights or more, except where dequantize + cuBLAS wins on the smallest layers at M >= 65.
-    // Past M = 256 dequantize + cuBLAS, but for the rows below. At M = 17-32 the GEMV v2 on
-    // layers of 52-96 Mi (the H200 of 2026-12-04, docs/cuda.md "Whole batches and wider GEMV warps").
+    // Hopper, M = 17-256 (measured: docs/cuda.md "Round 3"): the wgmma kernels with their default
+    // paths (x image, weights by cp.async, the split fix-up where it pays) from M = 33 on every
+    // shape and from M = 17 on layers of 32 Mi weights or more, but dequantize + cuBLAS on the
+    // smallest layers at M >= 65. Past M = 256 dequantize + cuBLAS, but for the rows below. At
+    // M = 17-32 the GEMV v2 on layers of 52-96 Mi (docs/cuda.md "Whole batches and wider GEMV warps").
     {90, 90, 17, 32, 52 * kMi, 96 * kMi, 0, 0, 0, 0, kV2},
     {90, 90, 17, 32, 32 * kMi, 0, 0, 0, 0, 0, kWg32},
     {90, 90, 33, 64, 0, 0, 0, 0, 0, 0, kWg64},
@@ -58,21 +57,19 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 65, 128, 0, 0, 0, 0, 0, 0, kWg128},
     {90, 90, 129, 256, 0, 32 * kMi - 1, 0, 0, 0, 0, kCublas},
     // 8-bit layers (K doubled here: two nibble planes) up to 128 Mi at M = 129-256: dequantize +
-    // cuBLAS, whose dense copy sums the planes (an H100, 2026-12-06 call 8: 8192x8192 132 against
-    // wg128's 159 µs at M = 256; docs/cuda.md "8-bit layers on the dense path").
+    // cuBLAS, whose dense copy sums the planes, measured faster than wg128 there (docs/cuda.md
+    // "8-bit layers on the dense path").
     {90, 90, 129, 256, 0, 128 * kMi, 0, 0, 0, 0, kCublas, ActRule::any, 8, 0},
     // wg256 (BN 128 x BM 256) where it pads M no further than wg128 and was measured faster: both
-    // pad M = 129-256 to 256 rows (wg256 0.88-0.97x wg128's time at M = 256 on the H200, 0.93-0.99x
-    // at 160 and 256 on an H100), and 385-512 to 512 (0.93-1.00x on both cards). At M = 384 and
-    // 640, where it pads to 512 and 768 rows against wg128's 384 and 640, it took 1.05-1.26x wg128's
-    // time on the H100 (2026-12-07; docs/cuda.md "Whole waves in raster order, and a BN 128 x BM 256 tile").
+    // pad M = 129-256 to 256 rows and 385-512 to 512. At M = 384 and 640 it would pad to 512 and
+    // 768 rows against wg128's 384 and 640, and was slower (docs/cuda.md "Whole waves in raster
+    // order, and a BN 128 x BM 256 tile").
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg256},
     {90, 90, 129, 256, 0, 0, 0, 0, 0, 0, kWg128},  // where wg256 declines
-    // Past M = 256 on 4-bit layers (an H100 on 2026-12-06: sweeps in calls 4 and 6, the rows timed
-    // through `nibble bench` in call 7; docs/cuda.md "Past M = 256"): the wgmma kernel where it
-    // beat dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi, and to 1024 on
-    // the 70B down projection (28672x8192: K >= 20000, 192-256 Mi weights; also faster on the H200
-    // at M = 1024). 8-bit layers (two nibble planes: twice the products) are not in these rows.
+    // Past M = 256 on 4-bit layers (docs/cuda.md "Past M = 256"): the wgmma kernel where it was
+    // measured faster than dequantize + cuBLAS, M = 257-384 from 32 Mi weights, to 640 from 80 Mi,
+    // and to 1024 on the 70B down projection (28672x8192: K >= 20000, 192-256 Mi weights). 8-bit
+    // layers (two nibble planes: twice the products) are not in these rows.
     {90, 90, 257, 384, 32 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     {90, 90, 385, 512, 80 * kMi, 0, 0, 0, 0, 0, kWg256, ActRule::any, 0, 4},
     {90, 90, 385, 512, 80 * kMi, 0, 0, 0, 0, 0, kWg128, ActRule::any, 0, 4},  // where wg256 declines
@@ -80,10 +77,9 @@ const ChoiceRule kChoiceRules[] = {
     {90, 90, 641, 1024, 192 * kMi, 256 * kMi, 20000, 0, 0, 0, kWg128, ActRule::any, 0, 4},
     // Every architecture, Hopper's other shapes and M included:
     {80, kAnyCc, 1, 8, 0, 0, 0, 0, 0, 0, kV1},
-    // M = 9-16 (the H200 of 2026-12-04, docs/cuda.md "The GEMV's grid"), else v1 over two m tiles.
-    // fp16: v2u2 on layers of 64 Mi packed weights or more (8 bits count twice: two nibble planes).
-    // bf16: v2u2 from 48 Mi packed weights at any N, from 24 Mi at N >= 6144 (with whole batches;
-    // 4096x4096 at 8 bits, 32 Mi, was 1.09x slower than v1).
+    // M = 9-16 (docs/cuda.md "The GEMV's grid"), else v1 over two m tiles. fp16: v2u2 on layers
+    // of 64 Mi packed weights or more (8 bits count twice: two nibble planes). bf16: v2u2 from 48 Mi
+    // packed weights at any N, from 24 Mi at N >= 6144 (with whole batches; below, v1 was faster).
     {80, kAnyCc, 9, 16, 64 * kMi, 0, 0, 0, 0, 0, kV2u2, ActRule::f16},
     {80, kAnyCc, 9, 16, 48 * kMi, 0, 0, 0, 0, 0, kV2u2, ActRule::bf16},
     {80, kAnyCc, 9, 16, 24 * kMi, 0, 0, 0, 6144, 0, kV2u2, ActRule::bf16},

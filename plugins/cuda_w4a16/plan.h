@@ -112,8 +112,8 @@ struct PlanOptions {
   /// stages split evenly over the blocks in the plain order; "waves", whole tiles wave by wave in
   /// a raster of bands of 8 m tiles, then a stream-K tail of one to two waves (wgmma_layout.h,
   /// WgItems), so that a wave's blocks share their x and weight panels in L2; "auto", the
-  /// default: waves for the tiles of BM >= 128 (wg128, wg256: 0.89-1.04x the stream-K time at
-  /// M = 256-4096 on the H200, docs/cuda.md), stream-K for the smaller ones (not measured with
+  /// default: waves for the tiles of BM >= 128 (wg128, wg256: measured no slower than stream-K at
+  /// M = 256-4096, docs/cuda.md), stream-K for the smaller ones (not measured with
   /// waves). wg128 at M = 65-255 walks waves too, untimed, but there a launch has fewer than two
   /// waves of tiles on the large layers and at most 8 m tiles, so its walk is nearly stream-K's
   enum class Sched : uint8_t { stream_k, waves, automatic };
@@ -121,7 +121,7 @@ struct PlanOptions {
   /// wgmma kernels wg128 and wg256 on 4-bit layers with the x image: blocks in clusters of 2 along
   /// the features, each copying half of every stage's x tile into both (TMA multicast), so that x
   /// crosses from L2 once per pair of blocks ("on"), or every block copies its own ("off", the
-  /// default: on an H100 "on" took 0.95-1.06x the time, geometric mean 1.007, docs/cuda.md). Needs
+  /// default: "on" was measured no faster, docs/cuda.md "clusters of 2 with x multicast"). Needs
   /// an even number of n tiles; elsewhere "on" changes nothing.
   bool wgmma_cluster = false;
   /// GEMV kernels: how many batches ahead of its loads each warp asks L2 for its weights

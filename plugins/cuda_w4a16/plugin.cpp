@@ -459,8 +459,9 @@ int32_t apply_cublas(const Prepared& p, const void* xk, int64_t kx, int64_t m, v
                                       size_t(kx - p.x_k) * size_t(nc) * 2, stream));
   // The bias, with y rounded once where it matters: fp16 y starts as the bias rows and cuBLAS adds
   // X W to them (beta = 1); bf16 goes through an fp32 chunk of y that a kernel adds the bias to
-  // and rounds once (beta = 1 still left bf16 y rounded twice on the H200, up to 1.16x the bf16
-  // tolerance with outliers in x; fp16 holds its tolerance either way: docs/cuda.md).
+  // and rounds once (with beta = 1 cuBLAS rounded bf16 X W before adding the bias, past the bf16
+  // tolerance with outliers in x; fp16 holds its tolerance either way: docs/cuda.md "Outlier
+  // activations").
   const bool with_bias = p.bias.p != nullptr, bias_f32 = with_bias && p.act == Act::bf16;
   if (with_bias && !bias_f32) NIBBLE_CUDA_TRY(launch_fill_bias(y, p.bias.p, m, lp.n, stream));
   if (bias_f32)
