@@ -5,6 +5,11 @@ tables (docs/benchmarks.md, docs/cuda.md) are made with it, so that they are the
 
     python3 bench/report.py docs/bench/cpu.json
     python3 bench/report.py docs/bench/cuda.json --torch docs/bench/torch.json
+    python3 bench/report.py bench_f16.json --peers bench/peers_h200.json
+
+--peers adds the peers' times of a JSON of {"columns": {key: title}, "points": [{shape, m, key:
+µs}]} (bench/peers_h200.json: PERF.md's H200 Marlin and cuBLAS) as columns beside each point, and
+nibble against the fastest of them; a peer measured on another device than the run's is marked so.
 """
 import argparse
 import json
@@ -26,8 +31,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bench_json")
     ap.add_argument("--torch", help="bench/torch_int4_peer.py JSON of the same call")
+    ap.add_argument("--peers", help="peers' times per shape and M (bench/peers_h200.json)")
     args = ap.parse_args()
     bench = json.load(open(args.bench_json))
+    peers = json.load(open(args.peers)) if args.peers else None
     torch = {}
     if args.torch:
         for r in json.load(open(args.torch))["results"]:
@@ -81,6 +88,33 @@ def main():
         if torch:
             line += (f" {r['torch_us']:.1f} | {r['vs_torch']:.1f}x |" if r["torch_us"] is not None else " - | - |")
         print(line)
+
+
+    if peers:
+        peer_table(bench, peers)
+
+
+def peer_table(bench, peers):
+    """Each point beside the peers' times, and nibble's speed against the fastest of them."""
+    cols = peers["columns"]
+    at = {(p["shape"], p["m"]): p for p in peers["points"]}
+    device = bench["backends"][0].get("device", "") if bench.get("backends") else ""
+    other = peers.get("device") and peers["device"] not in device
+    print(f"\nAgainst the peers ({peers['source']})"
+          + (f". The peers ran on an {peers['device']}, this run on {device.split(',')[0]}: read their columns as"
+             " the peers' H200 figures, not this card's." if other else ".") + "\n")
+    head = ("| K x N | M | nibble µs | kernel | this run's dense µs | " + " | ".join(f"{t} µs" for t in cols.values())
+            + " | fastest peer / nibble |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in bench["results"]:
+        p = at.get((r["shape"], r["m"]))
+        if not p:
+            continue
+        times = [p[k] for k in cols]
+        dense = f"{r['dense_us']:.1f}" if r.get("dense_us") is not None else "-"
+        print(f"| {r['shape']} | {r['m']} | {r['time_us']:.1f} | {short_kernel(r['kernel'])} | {dense} | "
+              + " | ".join(f"{t:.0f}" for t in times) + f" | {min(times) / r['time_us']:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -172,6 +172,26 @@ with tempfile.TemporaryDirectory() as tmp:
     check(refused(p, "--json", "does not exist"), "bench --json into a missing directory fails before timing", p)
     p = run(["bench", "--backend", "cpu_w4a16", "--shapes", "256x256", "--m", "1", "--svg", tmp])
     check(refused(p, "--svg", "is a directory"), "bench --svg onto a directory fails", p)
+    # --from-json: a saved run redrawn without measuring; anything else is refused by name.
+    saved = os.path.join(tmp, "saved.json")
+    p = run(["bench", "--backend", "cpu_w4a16", "--shapes", "256x256,512x128", "--m", "1,4", "--no-dense", "--json", saved])
+    check(p.returncode == 0 and os.path.exists(saved), "bench --json writes a run", p)
+    p = run(["bench", "--from-json", saved, "--svg", os.path.join(tmp, "replot.svg")])
+    svg = open(os.path.join(tmp, "replot.svg")).read() if p.returncode == 0 else ""
+    check(p.returncode == 0 and svg.count("<polyline") == 2 and "256x256" in svg and "512x128" in svg and "(bf16" in svg,
+          "bench --from-json redraws a saved run: one panel per shape, its dtype in the title", p)
+    p = run(["bench", "--from-json", saved])
+    check(refused(p, "--from-json: give --svg"), "bench --from-json without --svg is refused", p)
+    for content, needle in [("{", "not valid JSON"), ('{"results": 3}', "no 'results' list"), ('{"results": []}', "no results"),
+                            ('{"results": [{"backend": "b", "shape": "s", "m": 1, "time_us": -1, "roofline_us": 1}]}', "not positive"),
+                            ('{"results": [{"backend": "b", "shape": "s", "m": "1", "time_us": 1, "roofline_us": 1}]}', "'m' is not a number"),
+                            ('{"bits": "4", "results": [{"backend": "b", "shape": "s", "m": 1, "time_us": 1, "roofline_us": 1}]}', "not an integer")]:
+        with open(os.path.join(tmp, "bad.json"), "w") as f:
+            f.write(content)
+        p = run(["bench", "--from-json", os.path.join(tmp, "bad.json"), "--svg", os.path.join(tmp, "bad.svg")])
+        check(refused(p, needle) and not os.path.exists(os.path.join(tmp, "bad.svg")), f"bench --from-json refuses {content[:30]!r}", p)
+    p = run(["bench", "--from-json", os.path.join(tmp, "none.json"), "--svg", os.path.join(tmp, "bad.svg")])
+    check(refused(p, "none.json"), "bench --from-json names a missing file", p)
     p = run(["bench", "--backend", "cpu_w4a16", "--shapes", "llama9"])
     check(refused(p, "unknown preset 'llama9'") and "llama9-fused" not in p.stderr, "an unknown preset is named as typed", p)
     for args in [["bench", "--iters", "0"], ["bench", "--budget", "-1"], ["bench", "--rotate-mb", "0"], ["bench", "--g", "0"],

@@ -21,6 +21,7 @@ struct BenchOptions {
   double rotate_mb = 256;   ///< weight copies rotated so their total exceeds this (beats any cache)
   double budget_s = 0.5;    ///< adaptive timing budget per point
   std::string json_path, svg_path;
+  std::string from_json;    ///< --from-json FILE: draw --svg from a saved run instead of measuring
   bool no_dense = false;
   std::string threads;      ///< --threads 16,2: each thread count in turn (the backend's num_threads option)
   std::string command_line; ///< recorded with the results

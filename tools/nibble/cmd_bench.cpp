@@ -256,9 +256,88 @@ Comparison check_sample(const CanonicalLinear& w, const Tensor& x, const Tensor&
   return compare_to_reference(got, ref, mag, w.spec.act_dtype);
 }
 
+// The points of a saved --json, for --from-json: every field the plot reads, checked.
+std::vector<BenchPoint> saved_points(const std::string& path, int& bits, int& group, std::string& where) {
+  constexpr std::uintmax_t kMaxBytes = 256ull << 20;
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(Errc::not_found, fmt::format("--from-json {}: {}", path, ec.message()));
+  if (size > kMaxBytes) throw Error(Errc::limit, fmt::format("--from-json {}: {} bytes (at most {})", path, size, kMaxBytes));
+  std::ifstream f(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::format, fmt::format("--from-json {}: not valid JSON: {}", path, e.what()));
+  }
+  const auto bad = [&](const std::string& what) {
+    return Error(Errc::format, fmt::format("--from-json {}: {} (expected the JSON of nibble bench --json)", path, what));
+  };
+  if (!doc.is_object() || !doc.contains("results") || !doc["results"].is_array()) throw bad("no 'results' list");
+  if (!doc.value("bits", nlohmann::json(4)).is_number_integer() || !doc.value("group_size", nlohmann::json(128)).is_number_integer())
+    throw bad("'bits' or 'group_size' is not an integer");
+  bits = doc.value("bits", 4);
+  group = doc.value("group_size", 128);
+  // Where it ran, for the title: the first backend's activations and device.
+  if (auto b = doc.find("backends"); b != doc.end() && b->is_array() && !b->empty() && (*b)[0].is_object()) {
+    const auto str = [&](const char* key) {
+      const auto it = (*b)[0].find(key);
+      return it != (*b)[0].end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    const std::string dt = str("dtype"), dev = str("device");
+    where = dt + (dt.empty() || dev.empty() ? "" : ", ") + dev.substr(0, dev.find(','));
+  }
+  std::vector<BenchPoint> points;
+  for (const auto& r : doc["results"]) {
+    const auto num = [&](const char* key, bool required) -> double {
+      const auto it = r.find(key);
+      if (it == r.end() || it->is_null()) {
+        if (required) throw bad(fmt::format("result {} has no '{}'", points.size(), key));
+        return 0;
+      }
+      if (!it->is_number()) throw bad(fmt::format("result {}: '{}' is not a number", points.size(), key));
+      return it->get<double>();
+    };
+    if (!r.is_object() || !r.contains("backend") || !r["backend"].is_string() || !r.contains("shape") ||
+        !r["shape"].is_string())
+      throw bad(fmt::format("result {} has no backend or shape", points.size()));
+    BenchPoint p;
+    p.backend = r["backend"].get<std::string>();
+    p.shape = r["shape"].get<std::string>();
+    p.m = int64_t(num("m", true));
+    p.threads = int(num("threads", false));
+    p.time_us = num("time_us", true);
+    p.roofline_us = num("roofline_us", true);
+    p.dense_us = num("dense_us", false);
+    if (p.m < 1 || !(p.time_us > 0) || !(p.roofline_us > 0) || p.dense_us < 0)
+      throw bad(fmt::format("result {}: m, time_us or roofline_us not positive", points.size()));
+    points.push_back(p);
+  }
+  if (points.empty()) throw bad("no results");
+  return points;
+}
+
+// One line per backend and thread count.
+std::string plot(std::vector<BenchPoint> points, int bits, int group, const std::string& where = "") {
+  for (auto& p : points)
+    if (p.threads > 0) p.backend += fmt::format(" {}t", p.threads);
+  return bench_svg(points, fmt::format("nibble bench, {}-bit, G={}{}: % of roofline vs M", bits, group,
+                                       where.empty() ? "" : " (" + where + ")"));
+}
+
 }  // namespace
 
 int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
+  if (!opt.from_json.empty()) {
+    if (opt.svg_path.empty()) throw Error(Errc::invalid_argument, "--from-json: give --svg, the plot to draw");
+    check_output_file(opt.svg_path, "--svg");
+    int bits = 4, group = 128;
+    std::string where;
+    const std::vector<BenchPoint> points = saved_points(opt.from_json, bits, group, where);
+    write_output_file(opt.svg_path, "--svg", plot(points, bits, group, where));
+    return 0;
+  }
   // Where the results go is checked before an hour of timing, not after.
   if (!opt.json_path.empty()) check_output_file(opt.json_path, "--json");
   if (!opt.svg_path.empty()) check_output_file(opt.svg_path, "--svg");
@@ -479,13 +558,7 @@ int cmd_bench(const CommonOptions& o, const BenchOptions& opt) {
   int bad = 0;
   for (const auto& p : points) bad += p.check_ok ? 0 : 1;
   if (!opt.json_path.empty()) write_output_file(opt.json_path, "--json", out.dump(2) + "\n");
-  if (!opt.svg_path.empty()) {
-    std::vector<BenchPoint> series = points;  // one line per backend and thread count
-    for (auto& p : series)
-      if (p.threads > 0) p.backend += fmt::format(" {}t", p.threads);
-    write_output_file(opt.svg_path, "--svg",
-                      bench_svg(series, fmt::format("nibble bench, {}-bit, G={}: % of roofline vs M", opt.bits, opt.group)));
-  }
+  if (!opt.svg_path.empty()) write_output_file(opt.svg_path, "--svg", plot(points, opt.bits, opt.group));
   if (o.json) fmt::print("{}\n", out.dump(2));
   if (bad) fmt::print(stderr, "nibble bench: {} point(s) FAILED the correctness check\n", bad);
   return bad ? 1 : 0;

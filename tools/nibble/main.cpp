@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   bench->add_option("--rotate-mb", bo.rotate_mb, "Rotate weight copies totalling at least this many MiB")->capture_default_str()->check(CLI::PositiveNumber);
   bench->add_option("--json", bo.json_path, "Write the results as JSON to this file");
   bench->add_option("--svg", bo.svg_path, "Write a plot (% of roofline vs M) to this file");
+  bench->add_option("--from-json", bo.from_json, "Draw --svg from a saved --json instead of measuring");
   bench->add_flag("--no-dense", bo.no_dense, "Skip the dense baseline");
   bench->add_option("--threads", bo.threads,
                     "Thread counts to run each shape with, comma-separated (the backend's num_threads option; the "
