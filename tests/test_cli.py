@@ -124,6 +124,32 @@ for fx in sorted(os.listdir(FIX)):
     said = {l["name"]: (l["status"], l.get("selection", {}).get("winner")) for l in json.loads(e.stdout)["layers"]} if e.returncode == 0 else {}
     did = {l["name"]: (l["status"], l.get("backend")) for l in json.loads(r.stdout)["layers"]} if r.returncode == 0 else None
     check(said and said == did and any(w for _, w in said.values()), f"explain and run agree on every layer of {fx}", r)
+# Every fixture through every kernel form of cpu_w4a16 that this CPU runs, forced: each family's
+# one-tile form (NIBBLE_CPU_GEMM_MIN_M=64: the fixtures' x has 5 rows) and its GEMM form
+# (NIBBLE_CPU_GEMM_MIN_M=1). A family this CPU lacks is said so by the probe's plan for 16-bit
+# activations ("not taken", before the f32 plan's part) and skipped with the reason.
+FAMILIES = {"avx512bf16": ("fused-avx512bf16", "gemm-avx512bf16"), "avx512": ("fused-avx512", None),
+            "avx512vnni": ("dot-avx512vnni", None), "amx": ("fused-avx512bf16", "gemm-amx"),
+            "avx2": ("fused-avx2", "gemm-avx2"), "avx2-dot": ("dot-avx2", "gemm-avx2"), "portable": ("fused-portable", None)}
+for isa, (one_tile, gemm) in FAMILIES.items():
+    p = run(["plugins", "--json"], NIBBLE_PLUGIN_PATH=CPU_DIR, NIBBLE_CPU_ISA=isa)
+    probe = {x["name"]: x for x in json.loads(p.stdout)["plugins"]}.get("cpu_w4a16", {}).get("probe", {}) if p.returncode == 0 else {}
+    plan16 = probe.get("message", "").split("; f32 activations")[0]
+    if not probe or f"NIBBLE_CPU_ISA={isa} not taken" in plan16:
+        print(f"skip: fixtures with NIBBLE_CPU_ISA={isa}: {plan16.split('not taken: ')[-1].split(';')[0] if probe else p.stderr}")
+        continue
+    for form, knobs in [(one_tile, {"NIBBLE_CPU_GEMM_MIN_M": "64"}), (gemm, {"NIBBLE_CPU_GEMM_MIN_M": "1"})]:
+        if form is None:
+            continue
+        bad = []
+        for fx in sorted(d for d in os.listdir(FIX) if os.path.isdir(os.path.join(FIX, d))):
+            d = os.path.join(FIX, fx)
+            p = run(["verify", "--model", d, "--reference", os.path.join(d, "reference.safetensors"), "--json"],
+                    NIBBLE_PLUGIN_PATH=CPU_DIR, NIBBLE_CPU_ISA=isa, **knobs)
+            layers = json.loads(p.stdout)["layers"] if p.stdout.startswith("{") else []
+            if p.returncode != 0 or not layers or not all(l["ok"] and l.get("kernel", "").startswith(form) for l in layers):
+                bad.append(f"{fx}: {[(l.get('kernel'), l['ok'], l.get('error', '')) for l in layers] or p.stderr.strip()}")
+        check(not bad, f"every fixture verifies with {form} forced (NIBBLE_CPU_ISA={isa})" + ("".join("\n  " + b for b in bad)))
 p = run(["verify", "--model", os.path.join(FIX, "gptq_v1_sym_g128"), "--reference",
          os.path.join(FIX, "ct_pack_sym_g128", "reference.safetensors")], NIBBLE_PLUGIN_PATH=CPU_DIR)
 check(p.returncode != 0 and "MISMATCH" in p.stdout, "verify against another model's reference fails", p)

@@ -269,6 +269,7 @@ int cmd_verify(const CommonOptions& o, const ModelOptions& m) {
       PreparedSelection ps = reg->select_and_prepare(w, policy);
       if (!ps) throw Error(Errc::no_backend, fmt::format("no backend can run it:\n{}", ps.selection.trace()));
       backend = ps.prepared->backend().name();
+      l["kernel"] = ps.prepared->kernel_name(x.dim(0));
       Tensor y = ps.prepared->apply(x.to(act));
       Comparison c = compare_to_reference(y, ty, reference_magnitude(w, x), act);
       y_ratio = c.max_rel_to_tol;
