@@ -228,9 +228,10 @@ TEST_CASE("per-layer rules match as the formats' loaders match them: file order,
   CHECK(contains(ig.reason, "matches 're:.*up_proj' in quantization_config.ignore"));
 }
 
-TEST_CASE("a config with 200k extra_config keys is read in file order (no quadratic parse)") {
-  // nlohmann's own ordered parse searches every object for a duplicate key on each insert; at
-  // 200k keys that would run for minutes (past the test's timeout), the hash-indexed build does not.
+TEST_CASE("a config with 200k extra_config keys is read in file order, and 200k layers looked up in it") {
+  // nlohmann's own ordered parse searches every object for a duplicate key on each insert, and a
+  // lookup that walks every key per layer is as quadratic: at 200k keys and layers either would
+  // run for minutes (past the test's timeout); the hash-indexed build and lookup do not.
   std::string extra;
   for (int i = 199999; i >= 0; --i)
     extra += fmt::format("{}\"model.layers.{}.mlp.experts.{}.down_proj\": {{\"bits\": {}}}", extra.empty() ? "" : ", ",
@@ -242,6 +243,10 @@ TEST_CASE("a config with 200k extra_config keys is read in file order (no quadra
   CHECK(c.scheme_for("model.layers.3.mlp.experts.5.down_proj").bits == 8);
   CHECK(c.scheme_for("model.layers.3.mlp.experts.6.down_proj").bits == 2);
   CHECK(c.scheme_for("model.layers.7.mlp.experts.7.down_proj").bits == 4);
+  int64_t eight = 0;
+  for (int i = 0; i < 200000; ++i)
+    eight += c.scheme_for(fmt::format("model.layers.{}.mlp.experts.{}.down_proj", i / 1000, i % 1000)).bits == 8;
+  CHECK(eight == 99999);  // the odd half, less layer 7.7 (i = 7007), which the duplicate key sets to 4 bits
 }
 
 TEST_CASE("widths a format does not have, and widths the tensors contradict, are refused by name") {

@@ -54,6 +54,11 @@ QuantConfig QuantConfig::parse(const std::string& text, const std::string& origi
                                                "reads ({})", origin, detail::printable(method), known));
   }
   unit->parse_config(q, origin, c.rules_);
+  for (std::size_t i = 0; i < c.rules_.overrides.size(); ++i) {
+    const Override& o = c.rules_.overrides[i];
+    if (o.match == Match::exact) c.exact_.emplace(o.pattern, i);
+    else c.patterned_.push_back(i);
+  }
   return c;
 }
 
@@ -85,17 +90,23 @@ LayerScheme QuantConfig::scheme_for(const std::string& name) const {
     return un;
   }
   // The override that decides, if any: a key equal to the name first where exact_first, else the
-  // first in order that matches.
+  // first in order that matches (an exact one by its index, the patterned ones in order).
   const QuantConfig::Override* hit = nullptr;
   bool exact = false;
-  if (r.exact_first)
-    for (const auto& o : r.overrides)
-      if (o.pattern == name) {
-        hit = &o, exact = true;
+  std::size_t first = r.overrides.size();
+  if (auto it = exact_.find(name); it != exact_.end()) first = it->second;
+  if (r.exact_first && first < r.overrides.size()) {
+    hit = &r.overrides[first], exact = true;
+  } else {
+    for (std::size_t i : patterned_) {
+      if (i > first) break;
+      if (rule_matches(r.overrides[i], name)) {
+        first = i;
         break;
       }
-  for (const auto& o : r.overrides)
-    if (!hit && rule_matches(o, name)) hit = &o;
+    }
+    if (first < r.overrides.size()) hit = &r.overrides[first], exact = r.overrides[first].match == Match::exact;
+  }
   const auto decided = [&](const QuantConfig::Override& o) {
     if (!o.skip) return o.scheme;
     un.reason = fmt::format("{} leaves it unquantized", o.origin);

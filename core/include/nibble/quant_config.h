@@ -2,7 +2,9 @@
 // read it are units of core/src/formats/ (docs/formats.md); this is the result they share.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "nibble/spec.h"
@@ -102,6 +104,11 @@ class QuantConfig {
  private:
   Rules rules_;
   DType model_dtype_ = DType::f16;
+  /// The overrides by exact pattern (the first of each) and the others in order, so that a
+  /// model of many layers and many per-layer keys (an MoE's extra_config) costs one lookup and
+  /// the few patterns per layer, not every key.
+  std::unordered_map<std::string, std::size_t> exact_;
+  std::vector<std::size_t> patterned_;
 };
 
 }  // namespace nibble
