@@ -192,6 +192,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check(refused(p, needle) and not os.path.exists(os.path.join(tmp, "bad.svg")), f"bench --from-json refuses {content[:30]!r}", p)
     p = run(["bench", "--from-json", os.path.join(tmp, "none.json"), "--svg", os.path.join(tmp, "bad.svg")])
     check(refused(p, "none.json"), "bench --from-json names a missing file", p)
+    for special in ["/dev/zero", tmp]:
+        p = run(["bench", "--from-json", special, "--svg", os.path.join(tmp, "bad.svg")])
+        check(refused(p, special, "expected a regular file"), f"bench --from-json refuses {special} (not a regular file)", p)
     p = run(["bench", "--backend", "cpu_w4a16", "--shapes", "llama9"])
     check(refused(p, "unknown preset 'llama9'") and "llama9-fused" not in p.stderr, "an unknown preset is named as typed", p)
     for args in [["bench", "--iters", "0"], ["bench", "--budget", "-1"], ["bench", "--rotate-mb", "0"], ["bench", "--g", "0"],

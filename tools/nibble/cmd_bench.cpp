@@ -260,6 +260,8 @@ Comparison check_sample(const CanonicalLinear& w, const Tensor& x, const Tensor&
 std::vector<BenchPoint> saved_points(const std::string& path, int& bits, int& group, std::string& where) {
   constexpr std::uintmax_t kMaxBytes = 256ull << 20;
   std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw Error(Errc::invalid_argument, fmt::format("--from-json {}: expected a regular file (a saved --json)", path));
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(Errc::not_found, fmt::format("--from-json {}: {}", path, ec.message()));
   if (size > kMaxBytes) throw Error(Errc::limit, fmt::format("--from-json {}: {} bytes (at most {})", path, size, kMaxBytes));
